@@ -1,0 +1,27 @@
+#pragma once
+// An output directory written under a temporary name beside its destination and renamed
+// into place only by commit(): a crash or a failed check leaves nothing that looks complete.
+#include <filesystem>
+
+namespace mla::io {
+
+class AtomicDirectory {
+ public:
+  // Fails if `final_path` exists (unless overwrite) or is the input.
+  explicit AtomicDirectory(std::filesystem::path final_path, bool overwrite = false);
+  ~AtomicDirectory();  // removes the temporary directory unless committed
+  AtomicDirectory(const AtomicDirectory&) = delete;
+  AtomicDirectory& operator=(const AtomicDirectory&) = delete;
+
+  const std::filesystem::path& tmp_path() const { return tmp_; }
+  const std::filesystem::path& final_path() const { return final_; }
+  void commit();
+
+ private:
+  std::filesystem::path final_;
+  std::filesystem::path tmp_;
+  bool overwrite_ = false;
+  bool committed_ = false;
+};
+
+}  // namespace mla::io

@@ -1,0 +1,56 @@
+#pragma once
+// A Hugging Face checkpoint directory: config.json, one `model.safetensors` or many shards
+// with `model.safetensors.index.json`. Every lookup goes through weight_map; FP8 E4M3
+// weights with `<name>_scale_inv` ([ceil(rows/128), ceil(cols/128)] float scales, possibly
+// in another shard) are dequantised exactly: w = e4m3 * scale_inv per 128x128 block.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "io/safetensors.hpp"
+#include "model/config.hpp"
+
+namespace mla::io {
+
+constexpr int64_t kFp8BlockSize = 128;
+
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::filesystem::path& dir);
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+  const std::filesystem::path& dir() const;
+  const nlohmann::json& config_json() const;
+  const model::MlaConfig& config() const;
+  std::vector<std::string> tensor_names() const;        // sorted
+  bool has(const std::string& name) const;
+  std::filesystem::path file_of(const std::string& name) const;
+  std::vector<std::filesystem::path> files() const;     // every shard, sorted
+  TensorView raw(const std::string& name) const;        // zero-copy, throws if missing
+  // float64 values of a weight; FP8 with a `_scale_inv` partner is dequantised.
+  std::vector<double> load_f64(const std::string& name, Shape* shape = nullptr) const;
+  MatrixR load_matrix(const std::string& name) const;   // 2-D weights (1-D: a row vector)
+
+ private:
+  struct Impl;
+  explicit Checkpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// FP8 E4M3 block quantisation (the reverse of the dequantiser): per 128x128 block
+// scale_inv = amax / 448 (1 for an all-zero block), q = e4m3(w / scale_inv).
+struct Fp8Block {
+  OwnedTensor weight;     // F8_E4M3 [rows, cols]
+  OwnedTensor scale_inv;  // F32 [ceil(rows/128), ceil(cols/128)], named <weight>_scale_inv
+};
+Fp8Block quantize_fp8_block(const std::string& name, const MatrixR& w);
+MatrixR dequantize_fp8_block(const TensorView& weight, const TensorView& scale_inv,
+                             const std::string& name);
+
+}  // namespace mla::io

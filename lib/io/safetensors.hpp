@@ -1,0 +1,137 @@
+#pragma once
+// safetensors: reader (mmap, zero-copy views, strict validation) and deterministic writer.
+//
+// Format: [u64 little-endian N][N bytes UTF-8 JSON header][data buffer].
+// Header: {"__metadata__": {str: str}?, "<name>": {"dtype": "BF16", "shape": [..],
+//          "data_offsets": [begin, end]}, ...}; offsets are relative to the data buffer.
+// Validation (exactly the reference implementation's rules, safetensors/src/tensor.rs):
+//   - file at least 8 bytes; N <= 100,000,000; 8 + N <= file size
+//   - header is UTF-8 and a JSON object; no duplicate tensor names
+//   - every tensor: known dtype, shape of non-negative integers, begin <= end
+//   - numel x bits / 8 == end - begin, computed with overflow checks (F4: numel even)
+//   - offsets, sorted, are contiguous from 0 with no holes or overlaps and end at the
+//     data buffer's size
+//   - __metadata__, if present, maps strings to strings
+// Every violation throws SafetensorsError naming the file, the tensor and field, and the
+// bad value.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+namespace mla::io {
+
+class SafetensorsError : public InputError {
+ public:
+  enum class Kind {
+    Io, TooSmall, HeaderTooLarge, HeaderPastEof, InvalidUtf8, InvalidJson, NotAnObject,
+    DuplicateName, MissingField, BadDtype, BadShape, BadOffsets, SizeMismatch, Overflow,
+    NotContiguous, BufferSizeMismatch, BadMetadata, MissingTensor,
+  };
+  SafetensorsError(Kind kind, const std::string& message) : InputError(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+  static std::string_view kind_name(Kind k);
+
+ private:
+  Kind kind_;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype{};
+  Shape shape;
+  uint64_t begin = 0;  // data_offsets, relative to the data buffer
+  uint64_t end = 0;
+};
+
+struct Header {
+  std::vector<TensorInfo> tensors;            // sorted by begin offset
+  std::map<std::string, std::string> metadata;
+  uint64_t header_size = 0;                   // N
+  uint64_t data_size = 0;                     // bytes of the data buffer
+};
+
+// Parses and validates a whole file image (header + data). `label` names the file in errors.
+// Pure function over bytes: the fuzz target calls this.
+Header parse_and_validate(std::span<const std::byte> file_bytes, const std::string& label);
+
+// A read-only memory-mapped safetensors file.
+class SafetensorsFile {
+ public:
+  static SafetensorsFile open(const std::filesystem::path& path);
+  SafetensorsFile(SafetensorsFile&&) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+  ~SafetensorsFile();
+
+  const std::filesystem::path& path() const;
+  const Header& header() const;
+  const TensorInfo* find(std::string_view name) const;  // nullptr when absent
+  TensorView view(std::string_view name) const;          // throws MissingTensor
+
+ private:
+  struct Impl;
+  explicit SafetensorsFile(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- writing ----
+
+struct TensorSpec {
+  std::string name;
+  DType dtype{};
+  Shape shape;
+  uint64_t nbytes() const;
+};
+
+// Deterministic layout: tensors ordered by dtype alignment (largest first) then name,
+// header JSON compact with keys sorted, padded with spaces to a multiple of 8 bytes.
+struct FileLayout {
+  std::vector<TensorSpec> order;        // write order
+  std::vector<uint64_t> offsets;        // begin offset of each, relative to data buffer
+  std::string header_json;              // padded
+  uint64_t data_size = 0;
+  uint64_t file_size() const { return 8 + header_json.size() + data_size; }
+};
+FileLayout plan_file(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata);
+
+// Streams one file: the header is written at construction, tensors may then be written in
+// any order (positional writes, safe from several threads), finish() checks each was
+// written exactly once and fsyncs.
+class StreamingFileWriter {
+ public:
+  StreamingFileWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
+                      const std::map<std::string, std::string>& metadata);
+  ~StreamingFileWriter();
+  void write(std::string_view name, std::span<const std::byte> bytes);
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Writes a whole file from owned tensors.
+void write_safetensors(const std::filesystem::path& path, const std::vector<OwnedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata);
+
+// Shards: greedy in deterministic order, a new shard when the next tensor would pass
+// max_shard_bytes (a single larger tensor gets its own shard). One shard is written as
+// `model.safetensors` without an index; more as `model-0000i-of-0000n.safetensors` plus
+// `model.safetensors.index.json` {"metadata": {"total_size": ...}, "weight_map": {...}}.
+struct ShardPlan {
+  std::vector<std::string> file_names;
+  std::vector<std::vector<TensorSpec>> shards;
+  std::map<std::string, std::string> weight_map;  // tensor -> file name
+  uint64_t total_size = 0;                         // sum of tensor bytes
+};
+ShardPlan plan_shards(std::vector<TensorSpec> specs, uint64_t max_shard_bytes);
+std::string index_json(const ShardPlan& plan);
+
+}  // namespace mla::io

@@ -1,0 +1,69 @@
+#include "common/cli_common.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.hpp"
+
+namespace mla::cli {
+
+void add_common_options(CLI::App& app, CommonOptions& opts, bool with_json) {
+  app.add_flag("-v,--verbose", opts.verbose, "Log debug detail to stderr");
+  app.add_flag("-q,--quiet", opts.quiet, "Log only errors");
+  app.add_option("--log-level", opts.log_level, "trace|debug|info|warn|error|off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  if (with_json) app.add_option("--json", opts.json_path, "Also write results as JSON to FILE ('-' for stdout)");
+  app.set_version_flag("--version", std::string("mla-toolchain ") + MLA_VERSION_STRING);
+}
+
+void apply_logging(const CommonOptions& opts) {
+  auto logger = spdlog::stderr_color_mt("mla");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S.%e] %^%l%$ %v");
+  auto level = spdlog::level::from_str(opts.log_level);
+  if (opts.verbose) level = spdlog::level::debug;
+  if (opts.quiet) level = spdlog::level::err;
+  spdlog::set_level(level);
+}
+
+int run_tool(CLI::App& app, CommonOptions& opts, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  apply_logging(opts);
+  try {
+    return body();
+  } catch (const VerificationError& e) {
+    spdlog::error("verification failed: {}", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}
+
+void write_json_output(const std::string& path, const std::string& text) {
+  if (path.empty()) return;
+  if (path == "-") {
+    std::cout << text << "\n";
+    return;
+  }
+  const std::filesystem::path final_path(path);
+  const std::filesystem::path tmp = final_path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write JSON output '" + tmp.string() + "'");
+    out << text << "\n";
+    if (!out.flush()) throw Error("write failed for '" + tmp.string() + "'");
+  }
+  std::filesystem::rename(tmp, final_path);
+}
+
+}  // namespace mla::cli
