@@ -101,14 +101,19 @@ struct FileLayout {
 };
 FileLayout plan_file(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata);
 
-// Streams one file: the header is written at construction, tensors may then be written in
+// Streams one file into `<path>.tmp`, renamed to `path` by finish(): the header is written at construction, tensors may then be written in
 // any order (positional writes, safe from several threads), finish() checks each was
 // written exactly once and fsyncs.
 class StreamingFileWriter {
  public:
   StreamingFileWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
                       const std::map<std::string, std::string>& metadata);
-  ~StreamingFileWriter();
+  ~StreamingFileWriter();  // unfinished: the `.tmp` file is removed
+  StreamingFileWriter(const StreamingFileWriter&) = delete;
+  StreamingFileWriter& operator=(const StreamingFileWriter&) = delete;
+  const FileLayout& layout() const;
+  // Throws SizeMismatch (wrong byte count), MissingTensor (name not planned),
+  // DuplicateName (written twice).
   void write(std::string_view name, std::span<const std::byte> bytes);
   void finish();
 
@@ -131,7 +136,19 @@ struct ShardPlan {
   std::map<std::string, std::string> weight_map;  // tensor -> file name
   uint64_t total_size = 0;                         // sum of tensor bytes
 };
+// Shard assignment walks tensors in name order (a weight and its `_scale_inv` stay
+// together); max_shard_bytes counts tensor bytes only, not headers.
 ShardPlan plan_shards(std::vector<TensorSpec> specs, uint64_t max_shard_bytes);
-std::string index_json(const ShardPlan& plan);
+std::string index_json(const ShardPlan& plan);  // indent 2, keys sorted, trailing newline
+
+inline constexpr std::string_view kSingleFileName = "model.safetensors";
+inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
+std::string shard_file_name(size_t index, size_t count);  // 0-based index: model-00001-of-00003...
+
+// Writes the shards (and the index when more than one) into an existing directory, e.g. an
+// AtomicDirectory's tmp_path(). Every shard carries the same __metadata__.
+ShardPlan write_safetensors_sharded(const std::filesystem::path& dir, const std::vector<OwnedTensor>& tensors,
+                                    const std::map<std::string, std::string>& metadata,
+                                    uint64_t max_shard_bytes);
 
 }  // namespace mla::io

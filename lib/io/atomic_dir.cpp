@@ -1,0 +1,101 @@
+#include "io/atomic_dir.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace mla::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Unique per process and call: pid + a counter + a random word, so concurrent writers
+// (threads or processes) beside the same destination never share a temporary directory.
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t seed = std::random_device{}() ^
+                               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(seed % 1000000);
+}
+
+// Makes a rename durable: the directory entry lives in the parent.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// "." + name + tag + suffix, appended piecewise (GCC 12 warns falsely on "." + std::string).
+fs::path hidden_sibling(const fs::path& parent, const fs::path& name, const char* tag) {
+  std::string s(1, '.');
+  s += name.string();
+  s += tag;
+  s += unique_suffix();
+  return parent / s;
+}
+
+fs::path parent_of(const fs::path& p) {
+  fs::path parent = p.parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+}  // namespace
+
+AtomicDirectory::AtomicDirectory(fs::path final_path, bool overwrite)
+    : final_(std::move(final_path)), overwrite_(overwrite) {
+  // "out/" would have an empty filename; normalise so the temporary name is a sibling.
+  if (final_.filename().empty()) final_ = final_.parent_path();
+  if (final_.empty()) throw Error("output directory: empty path");
+  std::error_code ec;
+  const auto status = fs::symlink_status(final_, ec);
+  if (fs::exists(status)) {
+    if (!overwrite_)
+      throw Error(final_.string() + ": output already exists (pass overwrite to replace it)");
+    if (!fs::is_directory(status))
+      throw Error(final_.string() + ": output exists and is not a directory; refusing to replace it");
+  }
+  const fs::path parent = parent_of(final_);
+  fs::create_directories(parent, ec);
+  if (ec) throw Error(parent.string() + ": cannot create parent directory: " + ec.message());
+  // Beside the destination, so commit() is a same-filesystem rename.
+  tmp_ = hidden_sibling(parent, final_.filename(), ".tmp-");
+  if (!fs::create_directory(tmp_, ec) || ec)
+    throw Error(tmp_.string() + ": cannot create temporary directory: " + (ec ? ec.message() : "already exists"));
+}
+
+AtomicDirectory::~AtomicDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(tmp_, ec);  // best effort; a destructor must not throw
+}
+
+void AtomicDirectory::commit() {
+  if (committed_) throw Error(final_.string() + ": commit() called twice");
+  std::error_code ec;
+  fs::path old;
+  if (fs::exists(fs::symlink_status(final_, ec))) {
+    if (!overwrite_) throw Error(final_.string() + ": output appeared while it was being written; not replacing it");
+    // Move the old one aside first: rename() cannot replace a non-empty directory.
+    old = hidden_sibling(parent_of(final_), final_.filename(), ".old-");
+    fs::rename(final_, old, ec);
+    if (ec) throw Error(final_.string() + ": cannot move the existing output aside: " + ec.message());
+  }
+  fs::rename(tmp_, final_, ec);
+  if (ec) {
+    std::error_code ec2;
+    if (!old.empty()) fs::rename(old, final_, ec2);  // put the previous output back
+    throw Error(tmp_.string() + ": cannot rename to " + final_.string() + ": " + ec.message());
+  }
+  committed_ = true;
+  fsync_dir(parent_of(final_));
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
+}  // namespace mla::io
