@@ -22,7 +22,7 @@ if ((${#missing[@]})); then
 fi
 
 # Pinned Python packages (cross-checks only; never on the product's path).
-if ! python3 -c 'import safetensors, numpy, h5py' >/dev/null 2>&1; then
+if ! python3 -c 'import safetensors, numpy, h5py, ml_dtypes' >/dev/null 2>&1; then
   echo "bootstrap: installing pinned Python packages (requirements-dev.txt)" >&2
   python3 -m pip install -q -r requirements-dev.txt 2>&1 | grep -v "Running pip as the 'root'" || true
 fi
