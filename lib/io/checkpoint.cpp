@@ -1,0 +1,300 @@
+#include "io/checkpoint.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace mla::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(path.string() + ": not valid JSON: " + e.what());
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// e4m3 code -> value, built once from the scalar oracle in core/dtype.
+const std::array<double, 256>& e4m3_table() {
+  static const std::array<double, 256> table = [] {
+    std::array<double, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = e4m3_to_float(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+// Round-to-nearest-even double -> E4M3fn, saturating at +-448: the same result as the
+// scalar oracle store_from_double(F8_E4M3) (tests compare them element by element), but
+// with integer bit arithmetic because the synthetic generator encodes billions of values.
+uint8_t encode_e4m3(double x) {
+  if (std::isnan(x)) return 0x7F;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double a = std::fabs(x);
+  if (a < 0.015625) {  // below 2^-6: subnormal grid of step 2^-9 (code 8 is the smallest normal)
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0));
+  }
+  if (a >= 464.0) return sign | 0x7E;  // 464 ties to 448 (even); above it saturates
+  uint64_t u = std::bit_cast<uint64_t>(a);
+  constexpr int kDrop = 52 - 3;  // keep 3 mantissa bits
+  u += ((uint64_t{1} << (kDrop - 1)) - 1) + ((u >> kDrop) & 1u);  // RNE; a carry bumps the exponent
+  const int exp = static_cast<int>(u >> 52) - 1023;                 // in [-6, 8]
+  const uint32_t mant = static_cast<uint32_t>((u >> kDrop) & 0x7u);
+  return sign | static_cast<uint8_t>(((exp + 7) << 3) | mant);
+}
+
+float load_f32(const std::byte* p) {
+  float f;
+  std::memcpy(&f, p, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+struct Checkpoint::Impl {
+  fs::path dir;
+  nlohmann::json config_json;
+  model::MlaConfig config;
+  std::vector<SafetensorsFile> files;        // sorted by path
+  std::map<std::string, size_t> where;       // tensor -> index into files
+
+  const SafetensorsFile& file_for(const std::string& name) const {
+    auto it = where.find(name);
+    if (it == where.end())
+      throw InputError(dir.string() + ": tensor '" + name + "' is not in the checkpoint");
+    return files[it->second];
+  }
+};
+
+Checkpoint::Checkpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+Checkpoint::~Checkpoint() = default;
+
+Checkpoint Checkpoint::open(const fs::path& dir) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  if (!fs::is_directory(dir)) throw InputError(dir.string() + ": not a checkpoint directory (does not exist or is a file)");
+
+  const fs::path config_path = dir / "config.json";
+  if (!fs::exists(config_path)) throw InputError(config_path.string() + ": missing (a checkpoint needs config.json)");
+  impl->config_json = read_json_file(config_path);
+  impl->config = model::parse_mla_config(impl->config_json, config_path.string());
+
+  const fs::path index_path = dir / kIndexFileName;
+  const fs::path single_path = dir / kSingleFileName;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
+  if (fs::exists(index_path)) {
+    const nlohmann::json index = read_json_file(index_path);
+    const auto wm = index.find("weight_map");
+    if (!index.is_object() || wm == index.end() || !wm->is_object())
+      throw InputError(index_path.string() + ": key 'weight_map' is missing or not an object");
+    for (const auto& [tensor, file] : wm->items()) {
+      if (!file.is_string())
+        throw InputError(index_path.string() + ": weight_map['" + tensor + "'] has bad value " + file.dump() +
+                         ": expected a shard file name");
+      const std::string f = file.get<std::string>();
+      // A shard is a plain file beside the index: no paths that escape the directory.
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+        throw InputError(index_path.string() + ": weight_map['" + tensor + "'] has bad value '" + f +
+                         "': expected a file name in the checkpoint directory");
+      weight_map[tensor] = f;
+    }
+    if (weight_map.empty()) throw InputError(index_path.string() + ": key 'weight_map' is empty");
+  } else if (fs::exists(single_path)) {
+    // Single file: its own header is the map.
+    auto file = SafetensorsFile::open(single_path);
+    for (const auto& t : file.header().tensors) weight_map[t.name] = std::string(kSingleFileName);
+    impl->files.push_back(std::move(file));
+  } else {
+    throw InputError(dir.string() + ": no " + std::string(kSingleFileName) + " and no " + std::string(kIndexFileName));
+  }
+
+  if (impl->files.empty()) {
+    std::map<std::string, std::string> first_tensor_of;  // shard -> a tensor naming it (for messages)
+    for (const auto& [tensor, file] : weight_map) first_tensor_of.emplace(file, tensor);
+    for (const auto& [file, tensor] : first_tensor_of) {
+      const fs::path p = dir / file;
+      if (!fs::exists(p))
+        throw InputError(index_path.string() + ": shard '" + file + "' (named for tensor '" + tensor +
+                         "') is missing from " + dir.string());
+      impl->files.push_back(SafetensorsFile::open(p));  // validates the header
+    }
+  }
+  std::map<std::string, size_t> file_index;
+  for (size_t i = 0; i < impl->files.size(); ++i) file_index[impl->files[i].path().filename().string()] = i;
+
+  // Every mapped tensor must be in its shard, and every tensor of a shard must be mapped there:
+  // a tensor the index does not list would be invisible to every lookup.
+  for (const auto& [tensor, file] : weight_map) {
+    const size_t fi = file_index.at(file);
+    if (!impl->files[fi].find(tensor))
+      throw InputError(index_path.string() + ": weight_map puts tensor '" + tensor + "' in shard '" + file +
+                       "', which has no such tensor");
+    impl->where[tensor] = fi;
+  }
+  for (const auto& f : impl->files) {
+    for (const auto& t : f.header().tensors) {
+      auto it = weight_map.find(t.name);
+      if (it == weight_map.end() || it->second != f.path().filename().string())
+        throw InputError(f.path().string() + ": tensor '" + t.name + "' is not mapped to this shard by " +
+                         index_path.filename().string());
+    }
+  }
+
+  // FP8 block-scale pairing, checked up front so a bad checkpoint fails at open.
+  const std::string suffix = "_scale_inv";
+  for (const auto& [name, fi] : impl->where) {
+    const TensorInfo* info = impl->files[fi].find(name);
+    if (info->dtype == DType::F8_E4M3) {
+      const std::string sname = name + suffix;
+      if (!impl->where.count(sname))
+        throw InputError(impl->files[fi].path().string() + ": F8_E4M3 tensor '" + name + "' has no '" + sname + "'");
+      if (info->shape.size() != 2)
+        throw InputError(impl->files[fi].path().string() + ": F8_E4M3 tensor '" + name + "' has shape " +
+                         shape_to_string(info->shape) + ": block scales need a 2-D weight");
+      const SafetensorsFile& sf = impl->files[impl->where.at(sname)];
+      const TensorInfo* sinfo = sf.find(sname);
+      const Shape want{ceil_div(info->shape[0], kFp8BlockSize), ceil_div(info->shape[1], kFp8BlockSize)};
+      if (sinfo->dtype != DType::F32 || sinfo->shape != want)
+        throw InputError(sf.path().string() + ": scale tensor '" + sname + "' is " +
+                         std::string(dtype_name(sinfo->dtype)) + " " + shape_to_string(sinfo->shape) +
+                         ", expected F32 " + shape_to_string(want) + " for weight " + shape_to_string(info->shape));
+    } else if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      const std::string base = name.substr(0, name.size() - suffix.size());
+      if (!impl->where.count(base))
+        throw InputError(impl->files[fi].path().string() + ": scale tensor '" + name + "' has no weight '" + base + "'");
+    }
+  }
+  return Checkpoint(std::move(impl));
+}
+
+const fs::path& Checkpoint::dir() const { return impl_->dir; }
+const nlohmann::json& Checkpoint::config_json() const { return impl_->config_json; }
+const model::MlaConfig& Checkpoint::config() const { return impl_->config; }
+
+std::vector<std::string> Checkpoint::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(impl_->where.size());
+  for (const auto& [n, _] : impl_->where) names.push_back(n);
+  return names;  // std::map keeps them sorted
+}
+
+bool Checkpoint::has(const std::string& name) const { return impl_->where.count(name) != 0; }
+
+fs::path Checkpoint::file_of(const std::string& name) const { return impl_->file_for(name).path(); }
+
+std::vector<fs::path> Checkpoint::files() const {
+  std::vector<fs::path> out;
+  for (const auto& f : impl_->files) out.push_back(f.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TensorView Checkpoint::raw(const std::string& name) const { return impl_->file_for(name).view(name); }
+
+std::vector<double> Checkpoint::load_f64(const std::string& name, Shape* shape) const {
+  const TensorView v = raw(name);
+  if (shape) *shape = v.shape;
+  if (v.dtype == DType::F8_E4M3) {
+    const MatrixR m = dequantize_fp8_block(v, raw(name + "_scale_inv"), name);
+    return std::vector<double>(m.data(), m.data() + m.size());
+  }
+  if (!dtype_is_float(v.dtype) && v.dtype != DType::BOOL && v.dtype != DType::U8 && v.dtype != DType::I8 &&
+      v.dtype != DType::I16 && v.dtype != DType::U16 && v.dtype != DType::I32 && v.dtype != DType::U32 &&
+      v.dtype != DType::I64 && v.dtype != DType::U64)
+    throw InputError(file_of(name).string() + ": tensor '" + name + "' has dtype " + std::string(dtype_name(v.dtype)) +
+                     " that cannot be read as float64");
+  return to_f64(v);
+}
+
+MatrixR Checkpoint::load_matrix(const std::string& name) const {
+  Shape shape;
+  std::vector<double> values = load_f64(name, &shape);
+  int64_t rows = 1, cols = 0;
+  if (shape.size() == 1) {
+    cols = shape[0];
+  } else if (shape.size() == 2) {
+    rows = shape[0];
+    cols = shape[1];
+  } else {
+    throw InputError(file_of(name).string() + ": tensor '" + name + "' has shape " + shape_to_string(shape) +
+                     ", expected a 1-D or 2-D weight");
+  }
+  return Eigen::Map<const MatrixR>(values.data(), rows, cols);
+}
+
+Fp8Block quantize_fp8_block(const std::string& name, const MatrixR& w) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  const int64_t br = ceil_div(rows, kFp8BlockSize), bc = ceil_div(cols, kFp8BlockSize);
+  Fp8Block out;
+  out.weight = OwnedTensor{name, DType::F8_E4M3, {rows, cols}, std::vector<std::byte>(static_cast<size_t>(rows * cols))};
+  out.scale_inv = OwnedTensor{name + "_scale_inv", DType::F32, {br, bc}, std::vector<std::byte>(static_cast<size_t>(br * bc * 4))};
+  auto* q = reinterpret_cast<uint8_t*>(out.weight.bytes.data());
+  for (int64_t bi = 0; bi < br; ++bi) {
+    const int64_t r0 = bi * kFp8BlockSize, r1 = std::min(rows, r0 + kFp8BlockSize);
+    for (int64_t bj = 0; bj < bc; ++bj) {
+      const int64_t c0 = bj * kFp8BlockSize, c1 = std::min(cols, c0 + kFp8BlockSize);
+      double amax = 0.0;
+      for (int64_t i = r0; i < r1; ++i)
+        for (int64_t j = c0; j < c1; ++j) {
+          const double x = w(i, j);
+          if (!std::isfinite(x))
+            throw InputError("quantize_fp8_block: tensor '" + name + "' has non-finite value " + std::to_string(x) +
+                             " at [" + std::to_string(i) + ", " + std::to_string(j) + "]");
+          amax = std::max(amax, std::fabs(x));
+        }
+      // The scale is stored as float; dividing by that float (not amax/448 in double) keeps
+      // quantise and dequantise consistent. An all-zero block gets scale 1.
+      const float s = amax > 0.0 ? static_cast<float>(amax / 448.0) : 1.0f;
+      std::memcpy(out.scale_inv.bytes.data() + (bi * bc + bj) * 4, &s, 4);
+      for (int64_t i = r0; i < r1; ++i)
+        for (int64_t j = c0; j < c1; ++j) q[i * cols + j] = encode_e4m3(w(i, j) / static_cast<double>(s));
+    }
+  }
+  return out;
+}
+
+MatrixR dequantize_fp8_block(const TensorView& weight, const TensorView& scale_inv, const std::string& name) {
+  if (weight.dtype != DType::F8_E4M3 || weight.shape.size() != 2)
+    throw InputError("dequantize_fp8_block: tensor '" + name + "' is " + std::string(dtype_name(weight.dtype)) + " " +
+                     shape_to_string(weight.shape) + ", expected a 2-D F8_E4M3 weight");
+  const int64_t rows = weight.shape[0], cols = weight.shape[1];
+  const Shape want{ceil_div(rows, kFp8BlockSize), ceil_div(cols, kFp8BlockSize)};
+  if (scale_inv.dtype != DType::F32 || scale_inv.shape != want)
+    throw InputError("dequantize_fp8_block: scale tensor '" + name + "_scale_inv' is " +
+                     std::string(dtype_name(scale_inv.dtype)) + " " + shape_to_string(scale_inv.shape) +
+                     ", expected F32 " + shape_to_string(want) + " for weight " + shape_to_string(weight.shape));
+  if (weight.bytes.size() != static_cast<size_t>(rows * cols) || scale_inv.bytes.size() != static_cast<size_t>(want[0] * want[1] * 4))
+    throw InputError("dequantize_fp8_block: tensor '" + name + "' byte size does not match its shape");
+  const auto& table = e4m3_table();
+  const auto* q = reinterpret_cast<const uint8_t*>(weight.bytes.data());
+  const int64_t bc = want[1];
+  MatrixR out(rows, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    const std::byte* srow = scale_inv.bytes.data() + (i / kFp8BlockSize) * bc * 4;
+    for (int64_t j = 0; j < cols; ++j) {
+      // e4m3 (4 significant bits) x float (24) is exact in double: no rounding here.
+      out(i, j) = table[q[i * cols + j]] * static_cast<double>(load_f32(srow + (j / kFp8BlockSize) * 4));
+    }
+  }
+  return out;
+}
+
+}  // namespace mla::io

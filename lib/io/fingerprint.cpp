@@ -1,0 +1,120 @@
+#include "io/fingerprint.hpp"
+
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace mla::io {
+namespace {
+
+// Small RAII wrapper over an EVP SHA-256 context.
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) throw Error("OpenSSL: SHA-256 init failed");
+  }
+  void update(const void* data, size_t n) {
+    if (n && EVP_DigestUpdate(ctx_.get(), data, n) != 1) throw Error("OpenSSL: SHA-256 update failed");
+  }
+  void update(const std::string& s) { update(s.data(), s.size()); }
+  std::string hex() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx_.get(), md, &len) != 1) throw Error("OpenSSL: SHA-256 final failed");
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+      out.push_back(digits[md[i] >> 4]);
+      out.push_back(digits[md[i] & 0xF]);
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
+};
+
+// %.17g: round-trips every double, independent of locale-free iostream state.
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void hash_tensor(Sha256& h, const Checkpoint& ckpt, const std::string& name) {
+  const TensorView v = ckpt.raw(name);
+  h.update(name + "\n" + std::string(dtype_name(v.dtype)) + "\n" + shape_to_string(v.shape) + "\n" +
+           std::to_string(v.bytes.size()) + "\n");
+  h.update(v.bytes.data(), v.bytes.size());
+}
+
+}  // namespace
+
+std::string fingerprint_config_text(const model::MlaConfig& c) {
+  std::ostringstream s;
+  s << "model_type=" << c.model_type << "\n"
+    << "hidden_size=" << c.hidden_size << "\n"
+    << "num_attention_heads=" << c.num_heads << "\n"
+    << "q_lora_rank=" << c.q_lora_rank << "\n"
+    << "kv_lora_rank=" << c.kv_lora_rank << "\n"
+    << "qk_nope_head_dim=" << c.qk_nope_head_dim << "\n"
+    << "qk_rope_head_dim=" << c.qk_rope_head_dim << "\n"
+    << "v_head_dim=" << c.v_head_dim << "\n"
+    << "num_hidden_layers=" << c.num_hidden_layers << "\n"
+    << "num_nextn_predict_layers=" << c.num_nextn_predict_layers << "\n"
+    << "rms_norm_eps=" << num(c.rms_norm_eps) << "\n"
+    << "rope_theta=" << num(c.rope_theta) << "\n"
+    << "rope_interleave=" << (c.rope_interleave ? 1 : 0) << "\n";
+  if (c.yarn) {
+    s << "yarn.factor=" << num(c.yarn->factor) << "\n"
+      << "yarn.mscale=" << num(c.yarn->mscale) << "\n"
+      << "yarn.mscale_all_dim=" << num(c.yarn->mscale_all_dim) << "\n"
+      << "yarn.original_max_position_embeddings=" << c.yarn->original_max_position_embeddings << "\n"
+      << "yarn.beta_fast=" << num(c.yarn->beta_fast) << "\n"
+      << "yarn.beta_slow=" << num(c.yarn->beta_slow) << "\n";
+  } else {
+    s << "yarn=none\n";
+  }
+  return s.str();
+}
+
+std::string fingerprint(const Checkpoint& ckpt) {
+  const model::MlaConfig& cfg = ckpt.config();
+  Sha256 h;
+  h.update("mla-fingerprint-v1\n");
+  h.update(fingerprint_config_text(cfg));
+  for (int64_t i = 0; i < cfg.attention_layers(); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
+    const bool mtp = i >= cfg.num_hidden_layers;
+    if (mtp && !ckpt.has(p + "kv_a_proj_with_mqa.weight")) continue;
+    for (const char* t : {"kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight"}) {
+      const std::string name = p + t;
+      if (!ckpt.has(name))
+        throw InputError(ckpt.dir().string() + ": tensor '" + name + "' is missing (needed for the fingerprint)");
+      hash_tensor(h, ckpt, name);
+      if (ckpt.has(name + "_scale_inv")) hash_tensor(h, ckpt, name + "_scale_inv");
+    }
+  }
+  return h.hex();
+}
+
+std::string sha256_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open for SHA-256");
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h.update(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) throw Error(path.string() + ": read failed while hashing");
+  return h.hex();
+}
+
+}  // namespace mla::io
