@@ -1,0 +1,92 @@
+// AtomicDirectory: nothing appears at the destination before commit(), an abandoned one
+// leaves nothing behind, an existing destination is refused unless overwrite.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.hpp"
+#include "io/atomic_dir.hpp"
+
+namespace fs = std::filesystem;
+using mla::io::AtomicDirectory;
+
+namespace {
+
+struct Scratch {
+  fs::path root = fs::temp_directory_path() /
+                  ("mla_atomic_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+                   "_" + std::to_string(::getpid()));
+  Scratch() {
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  ~Scratch() { fs::remove_all(root); }
+  size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(root), fs::directory_iterator())); }
+};
+
+void touch(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST(AtomicDirectory, CommitRenamesIntoPlace) {
+  Scratch s;
+  const fs::path out = s.root / "out";
+  {
+    AtomicDirectory d(out);
+    EXPECT_EQ(d.tmp_path().parent_path(), s.root);  // same filesystem: rename is atomic
+    EXPECT_TRUE(fs::is_directory(d.tmp_path()));
+    touch(d.tmp_path() / "f.txt", "hello");
+    EXPECT_FALSE(fs::exists(out));
+    d.commit();
+  }
+  EXPECT_EQ(slurp(out / "f.txt"), "hello");
+  EXPECT_EQ(s.entries(), 1u);  // no temporary left beside it
+}
+
+TEST(AtomicDirectory, AbandonedLeavesNothing) {
+  Scratch s;
+  {
+    AtomicDirectory d(s.root / "out");
+    touch(d.tmp_path() / "partial", "x");
+  }
+  EXPECT_EQ(s.entries(), 0u);
+}
+
+TEST(AtomicDirectory, RefusesExistingUnlessOverwrite) {
+  Scratch s;
+  const fs::path out = s.root / "out";
+  fs::create_directories(out);
+  touch(out / "old.txt", "old");
+  EXPECT_THROW(AtomicDirectory{out}, mla::Error);
+  try {
+    AtomicDirectory d(out);
+  } catch (const mla::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(out.string()), std::string::npos) << e.what();
+  }
+  {
+    AtomicDirectory d(out, /*overwrite=*/true);
+    touch(d.tmp_path() / "new.txt", "new");
+    EXPECT_TRUE(fs::exists(out / "old.txt"));  // untouched until commit
+    d.commit();
+  }
+  EXPECT_FALSE(fs::exists(out / "old.txt"));
+  EXPECT_EQ(slurp(out / "new.txt"), "new");
+  EXPECT_EQ(s.entries(), 1u);
+}
+
+TEST(AtomicDirectory, RefusesToReplaceAFileAndCreatesParents) {
+  Scratch s;
+  touch(s.root / "file", "x");
+  EXPECT_THROW(AtomicDirectory(s.root / "file", true), mla::Error);
+  {
+    AtomicDirectory d(s.root / "a" / "b" / "out");
+    d.commit();
+    EXPECT_THROW(d.commit(), mla::Error);
+  }
+  EXPECT_TRUE(fs::is_directory(s.root / "a" / "b" / "out"));
+}
