@@ -1,0 +1,31 @@
+#pragma once
+// BF16 paged absorbed-MLA decode on Hopper (sm_90a): device-side split-KV scheduler, split
+// kernel (mma.sync m16n8k16 bf16 + cp.async multi-stage pipeline), LSE combine kernel.
+// The parameter block, the math, the causal rule for s_q = 2, the rounding points and the
+// schedule are documented in quant/decode_twin_bf16.hpp (shared with the CPU twin).
+//
+// Shapes (all pointers device memory; Bf16DecodeParams carries the shape comments):
+//   q        [batch, s_q, heads, d_c + d_r]  bf16
+//   kv_cache [num_pages, page_size, d_c + d_r] bf16 ([x | k_pe] per token)
+//   page_table int32 [batch, max_pages], seqlens int32 [batch]
+//   out      [batch, s_q, heads, d_c] bf16, lse [batch, s_q, heads] fp32 (natural log)
+// Three launches on `stream`, no host synchronisation, no allocation: capturable in a graph.
+#include <cuda_runtime.h>
+
+#include "quant/decode_twin_bf16.hpp"
+
+namespace mla::kernels {
+
+using quant::Bf16DecodeParams;
+
+// Parts (CTA columns) mla_decode_bf16 uses when p.num_parts == 0, on the current device.
+int decode_parts_for_device(int s_q, int heads);
+
+// Workspace bytes for p's shape and its effective number of parts.
+size_t decode_workspace_bytes_for(const Bf16DecodeParams& p);
+
+// Checks p on the host (shapes, pointers, workspace size: mla::InputError naming the field),
+// then launches scheduler, split kernel and combine on `stream`. Launch errors throw mla::Error.
+void mla_decode_bf16(const Bf16DecodeParams& p, cudaStream_t stream);
+
+}  // namespace mla::kernels

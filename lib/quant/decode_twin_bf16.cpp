@@ -1,0 +1,218 @@
+// CPU twin of kernels/mla_decode.cu: the same schedule, tiles and rounding points (see the
+// header); only the order of fp32 additions inside a dot product differs from the tensor cores.
+#include "quant/decode_twin_bf16.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace mla::quant {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::string field(const char* name, long long v) {
+  return std::string(name) + " = " + std::to_string(v);
+}
+
+// One split of one request: rows' normalised partial outputs and natural-log LSEs.
+struct SplitResult {
+  std::vector<float> o;    // [rows, d_c]
+  std::vector<float> lse;  // [rows]
+};
+
+SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile_end, int tile) {
+  const int rows = p.s_q * p.heads;
+  const int dim = p.d_c + p.d_r;
+  const int L = p.seqlens[b];
+  const float scale_log2 = p.scale * kLog2e;
+  SplitResult r{std::vector<float>(static_cast<size_t>(rows) * p.d_c, 0.f),
+                std::vector<float>(rows, kNegInf)};
+  std::vector<float> q(dim), x2(tile), pb(tile);
+  std::vector<const uint16_t*> krow(tile);
+  for (int row = 0; row < rows; ++row) {
+    const int t = row / p.heads;
+    const int limit = L - (p.s_q - 1 - t);  // causal rule for s_q = 2
+    const uint16_t* qsrc = p.q + (static_cast<size_t>(b) * rows + row) * dim;
+    for (int i = 0; i < dim; ++i) q[i] = bf16_to_float(qsrc[i]);
+    float m = kNegInf, l = 0.f;
+    float* acc = r.o.data() + static_cast<size_t>(row) * p.d_c;
+    for (int ti = tile_begin; ti < tile_end; ++ti) {
+      const int j0 = ti * tile;
+      // The kernel loads a tile only from its page; tokens >= L are zero-filled, never read.
+      const uint16_t* page_base = nullptr;
+      if (j0 < L) {
+        const int slot = j0 / p.page_size;
+        const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
+        if (page < 0 || page >= p.num_pages)
+          throw InputError("decode twin: page_table[" + std::to_string(b) + "][" + std::to_string(slot) +
+                           "] = " + std::to_string(page) + " is outside [0, num_pages = " +
+                           std::to_string(p.num_pages) + ") for a token the request needs");
+        page_base = p.kv_cache + (static_cast<size_t>(page) * p.page_size + j0 % p.page_size) * dim;
+      }
+      float tmax = kNegInf;
+      for (int jj = 0; jj < tile; ++jj) {
+        const int j = j0 + jj;
+        krow[jj] = (j < L) ? page_base + static_cast<size_t>(jj) * dim : nullptr;
+        if (j >= limit) {
+          x2[jj] = kNegInf;
+          continue;
+        }
+        float s = 0.f;
+        for (int i = 0; i < dim; ++i) s += q[i] * bf16_to_float(krow[jj][i]);
+        x2[jj] = s * scale_log2;
+        tmax = std::max(tmax, x2[jj]);
+      }
+      const float m_new = std::max(m, tmax);
+      const float m_use = (m_new == kNegInf) ? 0.f : m_new;  // all masked so far: avoid inf - inf
+      const float alpha = exp2f(m - m_use);
+      float tile_sum = 0.f;
+      for (int jj = 0; jj < tile; ++jj) {
+        const float pv = exp2f(x2[jj] - m_use);
+        tile_sum += pv;
+        pb[jj] = bf16_to_float(float_to_bf16(pv));  // P is rounded to bf16 before P.V
+      }
+      l = l * alpha + tile_sum;
+      for (int c = 0; c < p.d_c; ++c) {
+        float a = 0.f;
+        for (int jj = 0; jj < tile; ++jj)
+          if (krow[jj] != nullptr && pb[jj] != 0.f) a += pb[jj] * bf16_to_float(krow[jj][c]);
+        acc[c] = acc[c] * alpha + a;
+      }
+      m = m_new;
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    for (int c = 0; c < p.d_c; ++c) acc[c] *= inv;
+    r.lse[row] = l > 0.f ? (m + log2f(l)) * kLn2 : kNegInf;
+  }
+  return r;
+}
+
+}  // namespace
+
+size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_parts) {
+  const size_t rows = static_cast<size_t>(s_q) * heads;
+  const size_t splits = decode_max_splits(batch, num_parts);
+  size_t meta = (static_cast<size_t>(num_parts) * kPartInfoInts + batch + 1) * sizeof(int32_t);
+  meta = (meta + 255) / 256 * 256;
+  size_t lse = splits * rows * sizeof(float);
+  lse = (lse + 255) / 256 * 256;
+  return meta + lse + splits * rows * d_c * sizeof(float);
+}
+
+void validate_decode_params(const Bf16DecodeParams& p) {
+  auto bad = [](const std::string& what) { throw InputError("mla decode params: " + what); };
+  if (!p.q) bad("q is null");
+  if (!p.kv_cache) bad("kv_cache is null");
+  if (!p.page_table) bad("page_table is null");
+  if (!p.seqlens) bad("seqlens is null");
+  if (!p.out) bad("out is null");
+  if (!p.lse) bad("lse is null");
+  if (p.batch < 1) bad(field("batch", p.batch) + " (must be >= 1)");
+  if (p.s_q != 1 && p.s_q != 2) bad(field("s_q", p.s_q) + " (supported: 1, 2)");
+  if (p.heads < 1 || p.heads > 128) bad(field("heads", p.heads) + " (supported: 1..128)");
+  if (p.d_c != 32 && p.d_c != 64 && p.d_c != 128 && p.d_c != 256 && p.d_c != 512)
+    bad(field("d_c", p.d_c) + " (supported: 32, 64, 128, 256, 512)");
+  if (p.d_r < 16 || p.d_r > 128 || p.d_r % 16 != 0)
+    bad(field("d_r", p.d_r) + " (supported: a multiple of 16 in 16..128)");
+  if (p.page_size != 64 && p.page_size != 128) bad(field("page_size", p.page_size) + " (supported: 64, 128)");
+  if (p.num_pages < 1) bad(field("num_pages", p.num_pages) + " (must be >= 1)");
+  if (p.max_pages < 1) bad(field("max_pages", p.max_pages) + " (must be >= 1)");
+  if (!(std::isfinite(p.scale) && p.scale > 0.f)) bad("scale = " + std::to_string(p.scale) + " (must be finite, > 0)");
+  if (p.num_parts < 0) bad(field("num_parts", p.num_parts) + " (must be >= 0)");
+}
+
+void decode_twin_bf16(const Bf16DecodeParams& p) {
+  validate_decode_params(p);
+  const DecodeTileConfig cfg = decode_tile_config(p.s_q, p.heads);
+  const int parts = p.num_parts > 0 ? p.num_parts : decode_default_parts(132, p.s_q, p.heads);
+  const int rows = p.s_q * p.heads;
+  for (int b = 0; b < p.batch; ++b)
+    if (p.seqlens[b] < 0 || static_cast<long long>(p.seqlens[b]) > static_cast<long long>(p.max_pages) * p.page_size)
+      throw InputError("decode twin: seqlens[" + std::to_string(b) + "] = " + std::to_string(p.seqlens[b]) +
+                       " is outside [0, max_pages * page_size = " +
+                       std::to_string(static_cast<long long>(p.max_pages) * p.page_size) + "]");
+  std::vector<int32_t> info(static_cast<size_t>(parts) * kPartInfoInts), offsets(p.batch + 1);
+  compute_decode_schedule(p.seqlens, p.batch, cfg.tile_tokens, parts, info.data(), offsets.data());
+
+  // Partials of requests with several splits, in split order (what the GPU workspace holds).
+  std::vector<SplitResult> partials(offsets[p.batch]);
+  auto write_final = [&](int b, int row, const float* o, float lse) {
+    uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + row) * p.d_c;
+    for (int c = 0; c < p.d_c; ++c) dst[c] = float_to_bf16(o[c]);
+    p.lse[static_cast<size_t>(b) * rows + row] = lse;
+  };
+  for (int part = 0; part < parts; ++part) {
+    const int32_t* in = info.data() + part * kPartInfoInts;
+    int b = in[0], t = in[1], split = in[4];
+    while (b < in[2] || (b == in[2] && t < in[3])) {
+      const int stop = (b == in[2]) ? in[3] : decode_tiles(p.seqlens[b], cfg.tile_tokens);
+      SplitResult r = run_split(p, b, t, stop, cfg.tile_tokens);
+      if (offsets[b + 1] - offsets[b] == 1) {
+        for (int row = 0; row < rows; ++row)
+          write_final(b, row, r.o.data() + static_cast<size_t>(row) * p.d_c, r.lse[row]);
+      } else {
+        partials[split] = std::move(r);
+      }
+      ++split;
+      ++b;
+      t = 0;
+    }
+  }
+  // Combine: merge the splits of each request by their natural-log LSE, in fp32.
+  std::vector<float> o(p.d_c);
+  for (int b = 0; b < p.batch; ++b) {
+    const int s0 = offsets[b], s1 = offsets[b + 1];
+    if (s1 - s0 <= 1) continue;
+    for (int row = 0; row < rows; ++row) {
+      float m = kNegInf;
+      for (int s = s0; s < s1; ++s) m = std::max(m, partials[s].lse[row]);
+      if (m == kNegInf) {
+        std::fill(o.begin(), o.end(), 0.f);
+        write_final(b, row, o.data(), kNegInf);
+        continue;
+      }
+      float sum = 0.f;
+      for (int s = s0; s < s1; ++s) sum += expf(partials[s].lse[row] - m);
+      const float lse = m + logf(sum);
+      std::fill(o.begin(), o.end(), 0.f);
+      for (int s = s0; s < s1; ++s) {
+        const float w = expf(partials[s].lse[row] - lse);
+        const float* src = partials[s].o.data() + static_cast<size_t>(row) * p.d_c;
+        for (int c = 0; c < p.d_c; ++c) o[c] += w * src[c];
+      }
+      write_final(b, row, o.data(), lse);
+    }
+  }
+}
+
+void cache_append_twin_bf16(const uint16_t* kv_new, int batch, int n_new, int dim, const int32_t* positions,
+                            const int32_t* page_table, int max_pages, uint16_t* kv_cache, int num_pages,
+                            int page_size) {
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < n_new; ++i) {
+      const long long pos = static_cast<long long>(positions[b]) + i;
+      const long long slot = pos / page_size;
+      if (pos < 0 || slot >= max_pages)
+        throw InputError("cache append: position " + std::to_string(pos) + " of request " + std::to_string(b) +
+                         " is outside [0, max_pages * page_size = " +
+                         std::to_string(static_cast<long long>(max_pages) * page_size) + ")");
+      const int page = page_table[static_cast<size_t>(b) * max_pages + slot];
+      if (page < 0 || page >= num_pages)
+        throw InputError("cache append: page_table[" + std::to_string(b) + "][" + std::to_string(slot) +
+                         "] = " + std::to_string(page) + " is outside [0, num_pages = " +
+                         std::to_string(num_pages) + ")");
+      const uint16_t* src = kv_new + (static_cast<size_t>(b) * n_new + i) * dim;
+      uint16_t* dst = kv_cache + (static_cast<size_t>(page) * page_size + pos % page_size) * dim;
+      std::copy(src, src + dim, dst);
+    }
+}
+
+}  // namespace mla::quant
