@@ -1,0 +1,619 @@
+#include "transform/convert.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/error.hpp"
+#include "io/atomic_dir.hpp"
+#include "io/checkpoint.hpp"
+#include "io/fingerprint.hpp"
+#include "transform/calib_input.hpp"
+#include "transform/encode.hpp"
+#include "transform/shard_table.hpp"
+
+namespace mla::transform {
+
+namespace fs = std::filesystem;
+
+std::string_view out_dtype_name(OutDtype d) { return d == OutDtype::FP8 ? "fp8" : "bf16"; }
+
+OutDtype parse_out_dtype(std::string_view name) {
+  if (name == "bf16") return OutDtype::BF16;
+  if (name == "fp8") return OutDtype::FP8;
+  throw InputError("unknown --out-dtype '" + std::string(name) + "' (expected bf16 or fp8)");
+}
+
+std::string rank_dir_name(int rank, int tp) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank-%02d-of-%02d", rank, tp);
+  return buf;
+}
+
+namespace {
+
+constexpr std::string_view kToolName = "mla-convert";
+
+std::string attn(int64_t layer, const char* tensor) {
+  return "model.layers." + std::to_string(layer) + ".self_attn." + tensor;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Layer index of "model.layers.{i}.<...>", or -1.
+int64_t layer_of(const std::string& name) {
+  constexpr std::string_view p = "model.layers.";
+  if (name.rfind(p, 0) != 0) return -1;
+  const size_t dot = name.find('.', p.size());
+  if (dot == std::string::npos) return -1;
+  try {
+    return std::stoll(name.substr(p.size(), dot - p.size()));
+  } catch (...) {
+    return -1;
+  }
+}
+
+// Output dtype rule (docs/formats/converted-checkpoint.md): FP8 output quantises 2-D linear
+// weights (`*_proj.weight`); 1-D F32 tensors (router bias) stay F32; everything else BF16.
+DType output_dtype(const std::string& name, DType in, size_t ndim, OutDtype out) {
+  if (out == OutDtype::FP8 && ndim == 2 && ends_with(name, "_proj.weight")) return DType::F8_E4M3;
+  if (ndim == 1 && in == DType::F32) return DType::F32;
+  return DType::BF16;
+}
+
+struct Unit {
+  enum class Kind { Simple, Latent } kind = Kind::Simple;
+  std::string name;           // Simple: the input tensor
+  const ShardRule* rule = nullptr;
+  int64_t per_head = 1;
+  int64_t layer = -1;         // Latent: the layer
+  uint64_t input_bytes = 0;
+};
+
+struct OutSpec {
+  std::string name;
+  DType dtype{};
+  Shape shape;
+};
+
+void add_spec(RankPlan& rp, const OutSpec& s) {
+  rp.tensors.push_back({s.name, s.dtype, s.shape});
+  if (s.dtype == DType::F8_E4M3) {
+    const int64_t b = io::kFp8BlockSize;
+    rp.tensors.push_back({s.name + "_scale_inv", DType::F32, {(s.shape[0] + b - 1) / b, (s.shape[1] + b - 1) / b}});
+  }
+}
+
+Shape slice_shape(const Shape& in, const Slice2D& s) {
+  return in.size() == 2 ? Shape{s.rows.size(), s.cols.size()} : Shape{s.cols.size()};
+}
+
+std::optional<TensorView> scale_of(const io::Checkpoint& ckpt, const std::string& name) {
+  const std::string s = name + "_scale_inv";
+  if (ckpt.has(s)) return ckpt.raw(s);
+  return std::nullopt;
+}
+
+// Per-rank writers, one per shard file; write() may be called from any thread.
+class RankWriters {
+ public:
+  RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes) : dir_(dir) {
+    plan_ = io::plan_shards(rp.tensors, max_shard_bytes);
+    const std::map<std::string, std::string> meta{{"format", "pt"}};
+    for (size_t i = 0; i < plan_.shards.size(); ++i)
+      writers_.push_back(std::make_unique<io::StreamingFileWriter>(dir / plan_.file_names[i], plan_.shards[i], meta));
+    for (size_t i = 0; i < plan_.shards.size(); ++i)
+      for (const auto& t : plan_.shards[i]) where_[t.name] = i;
+  }
+  void write(const std::string& name, std::span<const std::byte> bytes) {
+    writers_.at(where_.at(name))->write(name, bytes);
+  }
+  void finish() {
+    for (auto& w : writers_) w->finish();
+    if (plan_.file_names.size() > 1) {
+      const fs::path tmp = dir_ / (std::string(io::kIndexFileName) + ".tmp");
+      std::ofstream(tmp, std::ios::binary) << io::index_json(plan_);
+      fs::rename(tmp, dir_ / io::kIndexFileName);
+    }
+  }
+  const io::ShardPlan& plan() const { return plan_; }
+
+ private:
+  fs::path dir_;
+  io::ShardPlan plan_;
+  std::vector<std::unique_ptr<io::StreamingFileWriter>> writers_;
+  std::map<std::string, size_t> where_;
+};
+
+void write_text_file(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write '" + tmp.string() + "'");
+    out << text;
+    if (!out.flush()) throw Error("write failed for '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, path);
+}
+
+// Everything decided before a byte is written.
+struct Plan {
+  model::MlaConfig cfg;
+  TplaLayout layout;
+  std::vector<Unit> units;
+  std::vector<int64_t> layers;                // attention layers converted
+  std::map<int64_t, SliceCorrections> corr;   // per layer
+  std::map<int64_t, MatrixR> rotation;        // per layer (pca) or shared under key -1
+  std::map<int64_t, bool> mu_per_head;
+  std::string fingerprint;
+  std::string calib_sha256;
+  ConvertResult result;
+};
+
+const MatrixR& rotation_for(const Plan& p, int64_t layer) {
+  auto it = p.rotation.find(layer);
+  return it != p.rotation.end() ? it->second : p.rotation.at(-1);
+}
+
+void check_paths(const ConvertOptions& o) {
+  if (!fs::is_directory(o.input)) throw InputError("input checkpoint '" + o.input.string() + "' is not a directory");
+  if (o.output.empty()) throw InputError("no output directory given (-o)");
+  const fs::path in = fs::weakly_canonical(o.input), out = fs::weakly_canonical(o.output);
+  auto inside = [](const fs::path& a, const fs::path& b) {  // a inside (or equal to) b
+    auto [ie, be] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+    return be == b.end();
+  };
+  if (inside(out, in) || inside(in, out))
+    throw InputError("output '" + o.output.string() + "' is, contains or lies inside the input checkpoint '" +
+                     o.input.string() + "'; refusing to overwrite the input");
+}
+
+Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o) {
+  Plan p;
+  p.cfg = ckpt.config();
+  const model::MlaConfig& cfg = p.cfg;
+  const int g = o.groups == 0 ? o.tp : o.groups;
+  p.layout = TplaLayout::make(cfg, o.tp, g);
+  const TplaLayout& L = p.layout;
+  if (o.reparam == Reparam::Pca && o.calib.empty())
+    throw InputError("--reparam pca needs a calibration file (--calib calib.h5 from mla-calibrate)");
+
+  // Units from the table, in name order.
+  std::set<int64_t> latent_layers;
+  for (const std::string& name : ckpt.tensor_names()) {
+    const ShardRule& rule = find_rule(name);
+    if (rule.kind == SplitKind::Consumed) {
+      const std::string weight = name.substr(0, name.size() - std::string_view("_scale_inv").size());
+      if (!ckpt.has(weight)) throw InputError("tensor '" + name + "' has no weight '" + weight + "'");
+      continue;
+    }
+    const int64_t layer = layer_of(name);
+    if (rule.kind == SplitKind::TplaLatent || rule.kind == SplitKind::TplaLatentNorm || rule.kind == SplitKind::TplaKvB) {
+      if (layer < 0 || layer >= cfg.attention_layers())
+        throw InputError("tensor '" + name + "' belongs to no attention layer (config has " +
+                         std::to_string(cfg.attention_layers()) + ")");
+      latent_layers.insert(layer);
+      continue;
+    }
+    Unit u;
+    u.name = name;
+    u.rule = &rule;
+    if (rule.kind == SplitKind::TplaHeads) u.per_head = rule.dim == 0 ? cfg.qk_head_dim() : cfg.v_head_dim;
+    p.units.push_back(u);
+  }
+  // Every decoder layer must be complete; MTP layers may be absent as a whole.
+  for (int64_t i = 0; i < cfg.attention_layers(); ++i) {
+    std::vector<std::string> need = {attn(i, "kv_a_proj_with_mqa.weight"), attn(i, "kv_a_layernorm.weight"),
+                                     attn(i, "kv_b_proj.weight"), attn(i, "o_proj.weight")};
+    if (cfg.has_q_lora()) {
+      need.push_back(attn(i, "q_a_proj.weight"));
+      need.push_back(attn(i, "q_a_layernorm.weight"));
+      need.push_back(attn(i, "q_b_proj.weight"));
+    } else {
+      need.push_back(attn(i, "q_proj.weight"));
+    }
+    bool any = false;
+    for (const auto& n : need) any = any || ckpt.has(n);
+    if (i >= cfg.num_hidden_layers && !any) continue;
+    for (const auto& n : need)
+      if (!ckpt.has(n))
+        throw InputError("checkpoint '" + o.input.string() + "' is missing tensor '" + n + "'");
+    p.layers.push_back(i);
+  }
+  for (int64_t i : p.layers) {
+    Unit u;
+    u.kind = Unit::Kind::Latent;
+    u.layer = i;
+    u.name = attn(i, "kv_*");
+    p.units.push_back(u);
+  }
+
+  // Calibration and rotations.
+  p.fingerprint = io::fingerprint(ckpt);
+  for (int64_t i : p.layers) p.corr[i] = SliceCorrections::defaults(cfg.num_heads, g);
+  if (!o.calib.empty()) {
+    const int64_t n = p.layers.empty() ? 0 : p.layers.back() + 1;
+    CalibrationInput calib = load_calibration(o.calib, p.fingerprint, n, cfg.num_heads, cfg.kv_lora_rank, g, o.reparam);
+    p.calib_sha256 = io::sha256_file(o.calib);
+    for (int64_t i : p.layers) {
+      auto& lc = calib.layers.at(static_cast<size_t>(i));
+      p.corr[i] = lc.corrections;
+      p.mu_per_head[i] = lc.mu_per_head;
+      if (o.reparam == Reparam::Pca)
+        p.rotation[i] = make_rotation(Reparam::Pca, cfg.kv_lora_rank, o.seed, &*lc.pca_basis,
+                                      o.calib.string() + " layer " + std::to_string(i));
+    }
+  }
+  if (o.reparam != Reparam::Pca)
+    p.rotation[-1] = make_rotation(o.reparam, cfg.kv_lora_rank, o.seed, nullptr, "config.json kv_lora_rank");
+
+  // Per-rank output specs (this also runs every divisibility check).
+  ConvertResult& res = p.result;
+  res.g = g;
+  res.ranks.resize(o.tp);
+  for (int r = 0; r < o.tp; ++r) {
+    RankPlan& rp = res.ranks[r];
+    rp.rank = r;
+    rp.group = L.group_of(r);
+    rp.heads = L.heads(r);
+    rp.latent = L.latent(r);
+  }
+  const int64_t H_l = L.heads_per_rank(), dcl = L.latent_per_group();
+  for (Unit& u : p.units) {
+    if (u.kind == Unit::Kind::Simple) {
+      const TensorView v = ckpt.raw(u.name);
+      u.input_bytes = v.bytes.size();
+      if (auto s = scale_of(ckpt, u.name); s && v.dtype == DType::F8_E4M3) u.input_bytes += s->bytes.size();
+      for (int r = 0; r < o.tp; ++r) {
+        const Slice2D s = simple_slice(u.name, v.shape, *u.rule, L, r, u.per_head);
+        add_spec(res.ranks[r], {u.name, output_dtype(u.name, v.dtype, v.shape.size(), o.out_dtype), slice_shape(v.shape, s)});
+      }
+    } else {
+      const int64_t i = u.layer;
+      const std::string a = attn(i, "kv_a_proj_with_mqa.weight"), n = attn(i, "kv_a_layernorm.weight"),
+                        b = attn(i, "kv_b_proj.weight");
+      const TensorView va = ckpt.raw(a), vn = ckpt.raw(n), vb = ckpt.raw(b);
+      const Shape want_a{cfg.kv_lora_rank + cfg.qk_rope_head_dim, cfg.hidden_size}, want_n{cfg.kv_lora_rank},
+          want_b{cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank};
+      if (va.shape != want_a) throw InputError("tensor '" + a + "' has shape " + shape_to_string(va.shape) + ", expected " + shape_to_string(want_a));
+      if (vn.shape != want_n) throw InputError("tensor '" + n + "' has shape " + shape_to_string(vn.shape) + ", expected " + shape_to_string(want_n));
+      if (vb.shape != want_b) throw InputError("tensor '" + b + "' has shape " + shape_to_string(vb.shape) + ", expected " + shape_to_string(want_b));
+      u.input_bytes = va.bytes.size() + vn.bytes.size() + vb.bytes.size();
+      for (const auto& nm : {a, b})
+        if (auto s = scale_of(ckpt, nm); s && ckpt.raw(nm).dtype == DType::F8_E4M3) u.input_bytes += s->bytes.size();
+      for (int r = 0; r < o.tp; ++r) {
+        RankPlan& rp = res.ranks[r];
+        add_spec(rp, {a, output_dtype(a, va.dtype, 2, o.out_dtype), {dcl + cfg.qk_rope_head_dim, cfg.hidden_size}});
+        add_spec(rp, {n, output_dtype(n, vn.dtype, 1, o.out_dtype), {dcl}});
+        add_spec(rp, {b, output_dtype(b, vb.dtype, 2, o.out_dtype), {H_l * (cfg.qk_nope_head_dim + cfg.v_head_dim), dcl}});
+        if (o.absorb) {
+          add_spec(rp, {attn(i, "absorbed_w_uk"), DType::BF16, {H_l, cfg.qk_nope_head_dim, dcl}});
+          add_spec(rp, {attn(i, "absorbed_w_uv"), DType::BF16, {H_l, cfg.v_head_dim, dcl}});
+        }
+      }
+    }
+    res.input_bytes += u.input_bytes;
+  }
+  for (RankPlan& rp : res.ranks) {
+    std::sort(rp.tensors.begin(), rp.tensors.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
+    for (const auto& t : rp.tensors) rp.bytes += t.nbytes();
+    res.output_bytes += rp.bytes;
+  }
+  res.attention_layers = static_cast<int64_t>(p.layers.size());
+  res.kv_bytes_per_token_per_device = res.attention_layers * (dcl + cfg.qk_rope_head_dim) * 2;
+  res.kv_bytes_per_token_mla = res.attention_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2;
+  res.fingerprint = p.fingerprint;
+  return p;
+}
+
+// ---- execution ----
+
+struct Writers {
+  std::vector<std::unique_ptr<RankWriters>> ranks;
+};
+
+void write_encoded(Writers& w, int rank, const std::string& name, const EncodedTensor& e) {
+  w.ranks[rank]->write(name, e.weight);
+  if (!e.scale_inv.empty()) w.ranks[rank]->write(name + "_scale_inv", e.scale_inv);
+}
+
+void run_simple(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, const Unit& u, Writers& w) {
+  const TensorView v = ckpt.raw(u.name);
+  const SourceTensor src(u.name, v, scale_of(ckpt, u.name));
+  const DType dt = output_dtype(u.name, v.dtype, v.shape.size(), o.out_dtype);
+  // Ranks with the same slice (replicated tensors, heads repeated across groups) share one
+  // encoding; distinct slices are encoded one at a time so memory stays one slice.
+  std::map<std::array<int64_t, 4>, std::vector<int>> by_slice;
+  for (int r = 0; r < o.tp; ++r) {
+    const Slice2D s = simple_slice(u.name, v.shape, *u.rule, p.layout, r, u.per_head);
+    by_slice[{s.rows.begin, s.rows.end, s.cols.begin, s.cols.end}].push_back(r);
+  }
+  for (const auto& [key, ranks] : by_slice) {
+    const int64_t r0 = key[0], c0 = key[2], c1 = key[3], ncols = c1 - c0;
+    const EncodedTensor e = encode_rows(u.name, dt, key[1] - r0, ncols, [&](int64_t a, int64_t b, double* out) {
+      for (int64_t r = a; r < b; ++r) src.read_row(r0 + r, c0, c1, out + (r - a) * ncols);
+    });
+    for (int r : ranks) write_encoded(w, r, u.name, e);
+  }
+  src.release_pages();
+}
+
+void run_latent(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, const Unit& u, Writers& w) {
+  const model::MlaConfig& cfg = p.cfg;
+  const int64_t i = u.layer;
+  const std::string a = attn(i, "kv_a_proj_with_mqa.weight"), n = attn(i, "kv_a_layernorm.weight"),
+                    b = attn(i, "kv_b_proj.weight");
+  const SourceTensor sa(a, ckpt.raw(a), scale_of(ckpt, a)), sn(n, ckpt.raw(n), std::nullopt),
+      sb(b, ckpt.raw(b), scale_of(ckpt, b));
+  model::AttentionWeights lw;
+  lw.kv_a_proj_with_mqa = sa.read_matrix();
+  lw.kv_a_layernorm = sn.read_matrix().row(0).transpose();
+  lw.kv_b_proj = sb.read_matrix();
+  absorb_gamma(cfg, lw);
+  rotate_latent(cfg, lw, rotation_for(p, i));
+  const SliceCorrections& corr = p.corr.at(i);
+  const int64_t d_n = cfg.qk_nope_head_dim, d_v = cfg.v_head_dim;
+  for (int r = 0; r < o.tp; ++r) {
+    const MatrixR ka = slice_kv_a(cfg, lw.kv_a_proj_with_mqa, p.layout, r);
+    const MatrixR ln = MatrixR::Constant(1, p.layout.latent_per_group(), layernorm_scale(p.layout, r, corr, o.norm));
+    const MatrixR kb = slice_kv_b(cfg, lw.kv_b_proj, p.layout, r, corr);
+    write_encoded(w, r, a, encode_rows(a, output_dtype(a, sa.dtype(), 2, o.out_dtype), ka.rows(), ka.cols(), matrix_rows(ka)));
+    write_encoded(w, r, n, encode_rows(n, output_dtype(n, sn.dtype(), 1, o.out_dtype), 1, ln.cols(), matrix_rows(ln)));
+    write_encoded(w, r, b, encode_rows(b, output_dtype(b, sb.dtype(), 2, o.out_dtype), kb.rows(), kb.cols(), matrix_rows(kb)));
+    if (o.absorb) {
+      // [H_l, d_n, d_c/g] and [H_l, d_v, d_c/g]: kv_b_proj's per-head blocks split in two.
+      const int64_t H_l = p.layout.heads_per_rank(), per = d_n + d_v;
+      MatrixR uk(H_l * d_n, kb.cols()), uv(H_l * d_v, kb.cols());
+      for (int64_t h = 0; h < H_l; ++h) {
+        uk.middleRows(h * d_n, d_n) = kb.middleRows(h * per, d_n);
+        uv.middleRows(h * d_v, d_v) = kb.middleRows(h * per + d_n, d_v);
+      }
+      write_encoded(w, r, attn(i, "absorbed_w_uk"), encode_rows(attn(i, "absorbed_w_uk"), DType::BF16, uk.rows(), uk.cols(), matrix_rows(uk)));
+      write_encoded(w, r, attn(i, "absorbed_w_uv"), encode_rows(attn(i, "absorbed_w_uv"), DType::BF16, uv.rows(), uv.cols(), matrix_rows(uv)));
+    }
+  }
+  sa.release_pages();
+  sb.release_pages();
+}
+
+nlohmann::json options_json(const ConvertOptions& o, int g, const std::string& calib_sha) {
+  // Only what determines the output bytes: threads, paths of the output and dry-run do not.
+  nlohmann::json j;
+  j["tp"] = o.tp;
+  j["groups"] = g;
+  j["reparam"] = reparam_name(o.reparam);
+  j["seed"] = o.seed ? nlohmann::json(*o.seed) : nlohmann::json(nullptr);
+  j["calib"] = o.calib.empty() ? nlohmann::json(nullptr)
+                               : nlohmann::json{{"file", o.calib.filename().string()}, {"sha256", calib_sha}};
+  j["norm"] = norm_mode_name(o.norm);
+  j["out_dtype"] = out_dtype_name(o.out_dtype);
+  j["absorb"] = o.absorb;
+  j["max_shard_bytes"] = o.max_shard_bytes;
+  return j;
+}
+
+nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, int r,
+                           const nlohmann::json& provenance) {
+  const TplaLayout& L = p.layout;
+  nlohmann::json c = ckpt.config_json();
+  nlohmann::json global;
+  // The rank's own dimensions, so a loader sees consistent shapes; globals are kept below.
+  auto localise = [&](const char* key, int64_t parts) {
+    if (!c.contains(key) || !c[key].is_number_integer()) return;
+    const int64_t v = c[key].get<int64_t>();
+    global[key] = v;
+    if (v % parts != 0)
+      throw InputError("config.json " + std::string(key) + " = " + std::to_string(v) + " is not divisible by " +
+                       std::to_string(parts));
+    c[key] = v / parts;
+  };
+  localise("num_attention_heads", L.ranks_per_group());
+  localise("num_key_value_heads", L.ranks_per_group());
+  localise("kv_lora_rank", L.g);
+  localise("intermediate_size", L.tp);
+  localise("moe_intermediate_size", L.tp);
+  localise("vocab_size", L.tp);
+  if (o.out_dtype == OutDtype::FP8)
+    c["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                                {"weight_block_size", {128, 128}}};
+  else
+    c.erase("quantization_config");
+  c["torch_dtype"] = "bfloat16";
+
+  nlohmann::json t;
+  t["tp"] = L.tp;
+  t["g"] = L.g;
+  t["rank"] = r;
+  t["group"] = L.group_of(r);
+  t["index_in_group"] = L.index_in_group(r);
+  t["heads"] = {L.heads(r).begin, L.heads(r).end};
+  t["latent_slice"] = {L.latent(r).begin, L.latent(r).end};
+  t["reparam"] = reparam_name(o.reparam);
+  t["hadamard_seed"] = (o.reparam == Reparam::Hadamard && o.seed) ? nlohmann::json(*o.seed) : nlohmann::json(nullptr);
+  t["norm"] = norm_mode_name(o.norm);
+  t["out_dtype"] = out_dtype_name(o.out_dtype);
+  t["absorbed"] = o.absorb;
+  t["global"] = global;
+  nlohmann::json layers = nlohmann::json::array();
+  const int k = L.group_of(r);
+  for (int64_t i : p.layers) {
+    const SliceCorrections& corr = p.corr.at(i);
+    nlohmann::json mu = nlohmann::json::array();
+    for (int64_t h = L.heads(r).begin; h < L.heads(r).end; ++h) mu.push_back(corr.mu(h, k));
+    layers.push_back({{"layer", i},
+                      {"f", corr.f},
+                      {"kv_a_layernorm_scale", layernorm_scale(L, r, corr, o.norm)},
+                      {"mu", mu}});
+  }
+  t["layers"] = layers;
+  t["provenance"] = provenance;
+  c["tpla"] = t;
+  return c;
+}
+
+}  // namespace
+
+ConvertResult convert_checkpoint(const ConvertOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_paths(o);
+  const io::Checkpoint ckpt = io::Checkpoint::open(o.input);
+  Plan p = make_plan(ckpt, o);
+  ConvertResult& res = p.result;
+  if (o.dry_run) return res;
+
+  io::AtomicDirectory out(o.output);
+  Writers w;
+  for (int r = 0; r < o.tp; ++r) {
+    const fs::path dir = out.tmp_path() / rank_dir_name(r, o.tp);
+    fs::create_directories(dir);
+    w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes));
+  }
+
+  // Workers take units in order; the first error stops everyone and is rethrown.
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::exception_ptr error;
+  size_t done = 0;
+  uint64_t bytes_done = 0;
+  auto last_log = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    while (!failed) {
+      const size_t i = next++;
+      if (i >= p.units.size()) return;
+      const Unit& u = p.units[i];
+      try {
+        if (u.kind == Unit::Kind::Simple) run_simple(ckpt, p, o, u, w); else run_latent(ckpt, p, o, u, w);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!error) error = std::current_exception();
+        failed = true;
+        return;
+      }
+      std::lock_guard lock(mu);
+      ++done;
+      bytes_done += u.input_bytes;
+      const auto now = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(now - t0).count();
+      const bool loud = done == p.units.size() || now - last_log > std::chrono::seconds(2);
+      if (loud) last_log = now;
+      spdlog::log(loud ? spdlog::level::info : spdlog::level::debug, "[{}/{}] {}  {:.1f}/{:.1f} MB read, {:.0f} MB/s",
+                  done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
+    }
+  };
+  const int nthreads = std::max(1, o.threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
+  for (auto& rw : w.ranks) rw->finish();
+
+  // Provenance, configs, hashes, manifest.
+  spdlog::info("hashing inputs and outputs (SHA-256)");
+  nlohmann::json inputs = nlohmann::json::array();
+  std::vector<fs::path> in_files = ckpt.files();
+  in_files.push_back(o.input / "config.json");
+  if (fs::exists(o.input / io::kIndexFileName)) in_files.push_back(o.input / io::kIndexFileName);
+  std::sort(in_files.begin(), in_files.end());
+  for (const auto& f : in_files)
+    inputs.push_back({{"file", f.filename().string()}, {"bytes", fs::file_size(f)}, {"sha256", io::sha256_file(f)}});
+  const nlohmann::json opts = options_json(o, res.g, p.calib_sha256);
+  const nlohmann::json provenance = {{"tool", kToolName}, {"version", MLA_VERSION_STRING},
+                                     {"checkpoint_fingerprint", p.fingerprint}, {"options", opts},
+                                     {"calib_fingerprint_checked", !o.calib.empty()}};
+  nlohmann::json outputs = nlohmann::json::object();
+  for (int r = 0; r < o.tp; ++r) {
+    const std::string rd = rank_dir_name(r, o.tp);
+    write_text_file(out.tmp_path() / rd / "config.json", rank_config(ckpt, p, o, r, provenance).dump(2) + "\n");
+    std::vector<std::string> names = w.ranks[r]->plan().file_names;
+    names.push_back("config.json");
+    if (names.size() > 2) names.push_back(std::string(io::kIndexFileName));
+    std::sort(names.begin(), names.end());
+    for (const auto& nm : names) outputs[rd + "/" + nm] = io::sha256_file(out.tmp_path() / rd / nm);
+  }
+  nlohmann::json manifest = {{"tool", kToolName},
+                             {"version", MLA_VERSION_STRING},
+                             {"options", opts},
+                             {"input", {{"files", inputs}, {"checkpoint_fingerprint", p.fingerprint}}},
+                             {"ranks", o.tp},
+                             {"outputs", outputs}};
+  write_text_file(out.tmp_path() / "manifest.json", manifest.dump(2) + "\n");
+  out.commit();
+  res.manifest = manifest;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("wrote {} ({} ranks, {:.1f} MB) in {:.2f} s", o.output.string(), o.tp, res.output_bytes / 1e6, res.seconds);
+  return res;
+}
+
+std::string describe_plan(const ConvertResult& r, bool list_tensors) {
+  std::string s;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "TPLA plan: tp=%zu g=%d, %lld attention layers, input %.1f MB, output %.1f MB\n",
+                r.ranks.size(), r.g, static_cast<long long>(r.attention_layers), r.input_bytes / 1e6, r.output_bytes / 1e6);
+  s += buf;
+  std::snprintf(buf, sizeof buf, "KV cache (BF16 [x_k | k_pe]) per token per device: %lld B (unsliced MLA: %lld B)\n",
+                static_cast<long long>(r.kv_bytes_per_token_per_device), static_cast<long long>(r.kv_bytes_per_token_mla));
+  s += buf;
+  for (const RankPlan& rp : r.ranks) {
+    std::snprintf(buf, sizeof buf, "  rank %d: group %d, heads [%lld, %lld), latent [%lld, %lld): %zu tensors, %.1f MB\n",
+                  rp.rank, rp.group, static_cast<long long>(rp.heads.begin), static_cast<long long>(rp.heads.end),
+                  static_cast<long long>(rp.latent.begin), static_cast<long long>(rp.latent.end), rp.tensors.size(),
+                  rp.bytes / 1e6);
+    s += buf;
+    if (list_tensors)
+      for (const auto& t : rp.tensors)
+        s += "    " + t.name + " " + std::string(dtype_name(t.dtype)) + " " + shape_to_string(t.shape) + "\n";
+  }
+  return s;
+}
+
+nlohmann::json result_json(const ConvertResult& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankPlan& rp : r.ranks)
+    ranks.push_back({{"rank", rp.rank}, {"group", rp.group}, {"heads", {rp.heads.begin, rp.heads.end}},
+                     {"latent", {rp.latent.begin, rp.latent.end}}, {"tensors", rp.tensors.size()}, {"bytes", rp.bytes}});
+  return {{"tp", r.ranks.size()}, {"g", r.g}, {"attention_layers", r.attention_layers},
+          {"kv_bytes_per_token_per_device", r.kv_bytes_per_token_per_device},
+          {"kv_bytes_per_token_mla", r.kv_bytes_per_token_mla}, {"input_bytes", r.input_bytes},
+          {"output_bytes", r.output_bytes}, {"seconds", r.seconds}, {"checkpoint_fingerprint", r.fingerprint},
+          {"ranks", ranks}};
+}
+
+RankAttention load_rank_attention(const fs::path& rank_dir, int64_t layer) {
+  const io::Checkpoint ckpt = io::Checkpoint::open(rank_dir);
+  RankAttention ra;
+  ra.config = ckpt.config();
+  if (!ckpt.config_json().contains("tpla"))
+    throw InputError(rank_dir.string() + "/config.json has no 'tpla' section: not an mla-convert output");
+  ra.tpla = ckpt.config_json()["tpla"];
+  auto vec = [&](const std::string& name) {
+    const MatrixR m = ckpt.load_matrix(name);
+    return VectorD(Eigen::Map<const VectorD>(m.data(), m.size()));
+  };
+  model::AttentionWeights& w = ra.weights;
+  if (ra.config.has_q_lora()) {
+    w.q_a_proj = ckpt.load_matrix(attn(layer, "q_a_proj.weight"));
+    w.q_a_layernorm = vec(attn(layer, "q_a_layernorm.weight"));
+    w.q_b_proj = ckpt.load_matrix(attn(layer, "q_b_proj.weight"));
+  } else {
+    w.q_proj = ckpt.load_matrix(attn(layer, "q_proj.weight"));
+  }
+  w.kv_a_proj_with_mqa = ckpt.load_matrix(attn(layer, "kv_a_proj_with_mqa.weight"));
+  w.kv_a_layernorm = vec(attn(layer, "kv_a_layernorm.weight"));
+  w.kv_b_proj = ckpt.load_matrix(attn(layer, "kv_b_proj.weight"));
+  w.o_proj = ckpt.load_matrix(attn(layer, "o_proj.weight"));
+  w.validate(ra.config);
+  return ra;
+}
+
+}  // namespace mla::transform

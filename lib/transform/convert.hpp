@@ -1,0 +1,87 @@
+#pragma once
+// mla-convert's library side: a Hugging Face MLA checkpoint -> one HF checkpoint per TPLA rank
+// (SPEC section 2; docs/formats/converted-checkpoint.md; docs/sharding.md).
+//
+// Streaming: the work is split into units (one input tensor, or one layer's latent triple
+// kv_a_proj_with_mqa + kv_a_layernorm + kv_b_proj, which the rotation couples); `threads`
+// workers take units in a fixed order and write each rank's bytes at planned offsets, so
+// peak memory is a few tensors and the output is byte-identical for every thread count.
+// Everything is validated (rules, divisibility, calibration, presence of every attention
+// tensor) before anything is written; errors during the run (NaN/Inf in a weight) leave no
+// output directory (io::AtomicDirectory).
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.hpp"
+#include "model/attention_reference.hpp"
+#include "model/config.hpp"
+#include "transform/reparam.hpp"
+#include "transform/tpla.hpp"
+
+namespace mla::transform {
+
+enum class OutDtype { BF16, FP8 };
+std::string_view out_dtype_name(OutDtype d);
+OutDtype parse_out_dtype(std::string_view name);
+
+struct ConvertOptions {
+  std::filesystem::path input;   // HF checkpoint directory
+  std::filesystem::path output;  // must not exist; must not be the input
+  int tp = 1;
+  int groups = 0;                // g; 0 means g = tp (every rank holds 1/tp of the latent)
+  Reparam reparam = Reparam::Identity;
+  std::optional<uint64_t> seed;  // Hadamard random-sign seed; none: plain Sylvester
+  std::filesystem::path calib;   // calib.h5 (required for pca); empty: f = 1/g, mu = 1
+  NormMode norm = NormMode::Approx;
+  OutDtype out_dtype = OutDtype::BF16;
+  bool absorb = false;           // also write per-head W_UK / W_UV
+  bool dry_run = false;
+  int threads = 1;               // does not change the output bytes
+  uint64_t max_shard_bytes = 5ull << 30;
+};
+
+struct RankPlan {
+  int rank = 0;
+  int group = 0;
+  Range heads;
+  Range latent;
+  std::vector<io::TensorSpec> tensors;  // sorted by name
+  uint64_t bytes = 0;
+};
+
+struct ConvertResult {
+  std::vector<RankPlan> ranks;
+  int g = 1;
+  int64_t attention_layers = 0;
+  int64_t kv_bytes_per_token_per_device = 0;  // BF16 cache [x_k | k_pe], all layers
+  int64_t kv_bytes_per_token_mla = 0;         // the unsliced cache, for comparison
+  uint64_t input_bytes = 0;                   // tensor bytes read
+  uint64_t output_bytes = 0;                  // tensor bytes written (all ranks)
+  double seconds = 0.0;
+  std::string fingerprint;                    // of the input checkpoint
+  nlohmann::json manifest;                    // as written (empty on dry-run)
+};
+
+ConvertResult convert_checkpoint(const ConvertOptions& opts);
+// Human-readable plan (per rank: tensors, bytes; KV bytes per token per device).
+std::string describe_plan(const ConvertResult& r, bool list_tensors);
+nlohmann::json result_json(const ConvertResult& r);
+
+// One rank's converted attention, read back (for verify-decode and tests): the rank's own
+// MlaConfig (num_heads = H/(tp/g), kv_lora_rank = d_c/g), its float64 weights, and the
+// `tpla` section of its config.json.
+struct RankAttention {
+  model::MlaConfig config;
+  model::AttentionWeights weights;
+  nlohmann::json tpla;
+};
+RankAttention load_rank_attention(const std::filesystem::path& rank_dir, int64_t layer);
+
+// "rank-01-of-04"
+std::string rank_dir_name(int rank, int tp);
+
+}  // namespace mla::transform

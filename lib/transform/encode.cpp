@@ -1,0 +1,181 @@
+#include "transform/encode.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+
+namespace mla::transform {
+
+namespace {
+
+const std::array<double, 256>& e4m3_values() {
+  static const std::array<double, 256> t = [] {
+    std::array<double, 256> v{};
+    for (int i = 0; i < 256; ++i) v[i] = e4m3_to_float(static_cast<uint8_t>(i));
+    return v;
+  }();
+  return t;
+}
+
+[[noreturn]] void non_finite(const std::string& name, int64_t r, int64_t c, double v, bool is2d) {
+  const std::string where = is2d ? "[" + std::to_string(r) + ", " + std::to_string(c) + "]" : "[" + std::to_string(c) + "]";
+  throw InputError("tensor '" + name + "' has a non-finite value (" + (std::isnan(v) ? "nan" : "inf") + ") at " + where);
+}
+
+}  // namespace
+
+SourceTensor::SourceTensor(std::string name, TensorView weight, std::optional<TensorView> scale_inv)
+    : name_(std::move(name)), weight_(std::move(weight)), scale_(std::move(scale_inv)) {
+  if (weight_.shape.empty() || weight_.shape.size() > 2)
+    throw InputError("tensor '" + name_ + "' has shape " + shape_to_string(weight_.shape) + ", expected 1-D or 2-D");
+  if (!dtype_is_float(weight_.dtype) || weight_.dtype == DType::F4 || weight_.dtype == DType::F8_E8M0)
+    throw InputError("tensor '" + name_ + "' has dtype " + std::string(dtype_name(weight_.dtype)) +
+                     ", expected a float weight");
+  if (weight_.dtype == DType::F8_E4M3) {
+    if (!scale_) throw InputError("tensor '" + name_ + "' is F8_E4M3 but '" + name_ + "_scale_inv' is missing");
+    const int64_t bs = io::kFp8BlockSize;
+    const Shape want{(rows() + bs - 1) / bs, (cols() + bs - 1) / bs};
+    if (scale_->dtype != DType::F32 || scale_->shape != want || weight_.shape.size() != 2)
+      throw InputError("tensor '" + name_ + "_scale_inv' is " + std::string(dtype_name(scale_->dtype)) + " " +
+                       shape_to_string(scale_->shape) + ", expected F32 " + shape_to_string(want));
+    scale_cols_ = want[1];
+  } else {
+    scale_.reset();  // a stray scale on a non-FP8 tensor is not applied (and not needed)
+  }
+}
+
+uint64_t SourceTensor::stored_bytes() const {
+  return weight_.bytes.size() + (scale_ ? scale_->bytes.size() : 0);
+}
+
+void SourceTensor::read_row(int64_t r, int64_t c0, int64_t c1, double* out) const {
+  const bool is2d = weight_.shape.size() == 2;
+  const size_t base = static_cast<size_t>(r * cols());
+  const std::byte* data = weight_.bytes.data();
+  switch (weight_.dtype) {
+    case DType::F8_E4M3: {
+      const auto& table = e4m3_values();
+      const auto* q = reinterpret_cast<const uint8_t*>(data) + base;
+      const std::byte* srow = scale_->bytes.data() + (r / io::kFp8BlockSize) * scale_cols_ * 4;
+      for (int64_t c = c0; c < c1;) {
+        const int64_t blk = c / io::kFp8BlockSize, end = std::min(c1, (blk + 1) * io::kFp8BlockSize);
+        float s;
+        std::memcpy(&s, srow + blk * 4, 4);
+        const double sd = s;
+        for (; c < end; ++c) out[c - c0] = table[q[c]] * sd;  // exact in double
+      }
+      break;
+    }
+    case DType::BF16:
+      for (int64_t c = c0; c < c1; ++c) {
+        uint16_t b;
+        std::memcpy(&b, data + 2 * (base + c), 2);
+        const uint32_t u = static_cast<uint32_t>(b) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        out[c - c0] = f;
+      }
+      break;
+    case DType::F32:
+      for (int64_t c = c0; c < c1; ++c) {
+        float f;
+        std::memcpy(&f, data + 4 * (base + c), 4);
+        out[c - c0] = f;
+      }
+      break;
+    default:
+      for (int64_t c = c0; c < c1; ++c) out[c - c0] = load_as_double(weight_.dtype, data, base + c);
+  }
+  for (int64_t c = c0; c < c1; ++c)
+    if (!std::isfinite(out[c - c0])) non_finite(name_, r, c, out[c - c0], is2d);
+}
+
+MatrixR SourceTensor::read_matrix() const {
+  MatrixR m(rows(), cols());
+  for (int64_t r = 0; r < rows(); ++r) read_row(r, 0, cols(), m.data() + r * cols());
+  return m;
+}
+
+void SourceTensor::release_pages() const {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto drop = [](std::span<const std::byte> b) {
+    if (b.empty()) return;
+    // Only whole pages inside the tensor: neighbours' pages stay mapped.
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(b.data()) + page - 1) & ~(page - 1);
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(b.data()) + b.size()) & ~(page - 1);
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  };
+  drop(weight_.bytes);
+  if (scale_) drop(scale_->bytes);
+}
+
+uint16_t fast_double_to_bf16(double v) {
+  const double a = std::fabs(v);
+  // Normal BF16 range below 2^127 (no overflow possible): round the double's mantissa to 7 bits
+  // (ties to even) in the integer domain; the result is then exact as a float.
+  if (a >= 0x1p-126 && a < 0x1p127) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    bits += ((uint64_t{1} << 44) - 1) + ((bits >> 45) & 1);
+    bits &= ~((uint64_t{1} << 45) - 1);
+    double r;
+    std::memcpy(&r, &bits, 8);
+    const float f = static_cast<float>(r);  // exact: 8 significant bits, in range
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  }
+  return double_to_bf16(v);
+}
+
+EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src) {
+  EncodedTensor out;
+  const int64_t band = io::kFp8BlockSize;
+  MatrixR buf(std::min(band, rows), cols);
+  if (dtype == DType::F8_E4M3) {
+    const int64_t bc = (cols + band - 1) / band, br = (rows + band - 1) / band;
+    out.weight.resize(static_cast<size_t>(rows * cols));
+    out.scale_inv.resize(static_cast<size_t>(br * bc * 4));
+    for (int64_t r0 = 0; r0 < rows; r0 += band) {
+      const int64_t n = std::min(band, rows - r0);
+      MatrixR m(n, cols);
+      src(r0, r0 + n, m.data());
+      const io::Fp8Block q = io::quantize_fp8_block(name, m);
+      std::memcpy(out.weight.data() + r0 * cols, q.weight.bytes.data(), q.weight.bytes.size());
+      std::memcpy(out.scale_inv.data() + (r0 / band) * bc * 4, q.scale_inv.bytes.data(), q.scale_inv.bytes.size());
+    }
+    return out;
+  }
+  const int bytes = dtype_bits(dtype) / 8;
+  out.weight.resize(static_cast<size_t>(rows * cols * bytes));
+  for (int64_t r0 = 0; r0 < rows; r0 += band) {
+    const int64_t n = std::min(band, rows - r0);
+    src(r0, r0 + n, buf.data());
+    const double* v = buf.data();
+    std::byte* dst = out.weight.data() + static_cast<size_t>(r0 * cols * bytes);
+    const int64_t count = n * cols;
+    if (dtype == DType::BF16) {
+      for (int64_t i = 0; i < count; ++i) {
+        const uint16_t b = fast_double_to_bf16(v[i]);
+        std::memcpy(dst + 2 * i, &b, 2);
+      }
+    } else {
+      for (int64_t i = 0; i < count; ++i) store_from_double(dtype, dst, static_cast<size_t>(i), v[i]);
+    }
+  }
+  return out;
+}
+
+RowSource matrix_rows(const MatrixR& m) {
+  return [&m](int64_t r0, int64_t r1, double* out) {
+    std::memcpy(out, m.data() + r0 * m.cols(), static_cast<size_t>((r1 - r0) * m.cols()) * sizeof(double));
+  };
+}
+
+}  // namespace mla::transform

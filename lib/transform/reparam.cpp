@@ -1,0 +1,78 @@
+#include "transform/reparam.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "quant/hadamard.hpp"
+
+namespace mla::transform {
+
+std::string_view reparam_name(Reparam r) {
+  switch (r) {
+    case Reparam::Identity: return "identity";
+    case Reparam::Hadamard: return "hadamard";
+    case Reparam::Pca: return "pca";
+  }
+  return "?";
+}
+
+Reparam parse_reparam(std::string_view name) {
+  if (name == "identity") return Reparam::Identity;
+  if (name == "hadamard") return Reparam::Hadamard;
+  if (name == "pca") return Reparam::Pca;
+  throw InputError("unknown reparameterisation '" + std::string(name) +
+                   "' (expected identity, hadamard or pca)");
+}
+
+MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
+                      const MatrixR* pca_basis, const std::string& layer_label) {
+  switch (kind) {
+    case Reparam::Identity:
+      return MatrixR::Identity(d_c, d_c);
+    case Reparam::Hadamard:
+      if (!quant::is_power_of_two(static_cast<size_t>(d_c)))
+        throw InputError(layer_label + ": --reparam hadamard needs kv_lora_rank (d_c) to be a power of two "
+                         "(Sylvester Hadamard matrices exist only for n = 2^k), got d_c = " +
+                         std::to_string(d_c) + "; use --reparam identity or pca");
+      return quant::hadamard_basis(static_cast<size_t>(d_c), seed);
+    case Reparam::Pca: {
+      if (pca_basis == nullptr)
+        throw InputError(layer_label + ": --reparam pca needs a calibration file (--calib) with pca_basis");
+      if (pca_basis->rows() != d_c || pca_basis->cols() != d_c)
+        throw InputError(layer_label + ": pca_basis has shape [" + std::to_string(pca_basis->rows()) + ", " +
+                         std::to_string(pca_basis->cols()) + "], expected [" + std::to_string(d_c) + ", " +
+                         std::to_string(d_c) + "]");
+      const double dev = (pca_basis->transpose() * *pca_basis - MatrixR::Identity(d_c, d_c)).cwiseAbs().maxCoeff();
+      // A basis that is not orthogonal would change the layer's function, not just rotate it.
+      if (!(dev <= 1e-8))
+        throw InputError(layer_label + ": pca_basis is not orthogonal (max |U^T U - I| = " + std::to_string(dev) + ")");
+      return *pca_basis;
+    }
+  }
+  throw InputError("unknown reparameterisation");
+}
+
+void absorb_gamma(const model::MlaConfig& cfg, model::AttentionWeights& w) {
+  const int64_t d_c = cfg.kv_lora_rank;
+  if (w.kv_a_layernorm.size() != d_c || w.kv_b_proj.cols() != d_c)
+    throw InputError("absorb_gamma: kv_a_layernorm / kv_b_proj width does not match kv_lora_rank " +
+                     std::to_string(d_c));
+  for (int64_t j = 0; j < d_c; ++j) w.kv_b_proj.col(j) *= w.kv_a_layernorm(j);
+  w.kv_a_layernorm.setOnes();
+}
+
+void rotate_latent(const model::MlaConfig& cfg, model::AttentionWeights& w, const MatrixR& U) {
+  const int64_t d_c = cfg.kv_lora_rank;
+  if (U.rows() != d_c || U.cols() != d_c)
+    throw InputError("rotate_latent: U must be d_c x d_c = " + std::to_string(d_c));
+  for (int64_t j = 0; j < w.kv_a_layernorm.size(); ++j)
+    if (w.kv_a_layernorm(j) != 1.0)
+      throw InputError("rotate_latent: kv_a_layernorm[" + std::to_string(j) + "] = " +
+                       std::to_string(w.kv_a_layernorm(j)) + ", absorb gamma first");
+  MatrixR latent = U.transpose() * w.kv_a_proj_with_mqa.topRows(d_c);
+  w.kv_a_proj_with_mqa.topRows(d_c) = latent;
+  MatrixR kvb = w.kv_b_proj * U;
+  w.kv_b_proj = std::move(kvb);
+}
+
+}  // namespace mla::transform

@@ -1,0 +1,39 @@
+#pragma once
+// Exact reparameterisation of one MLA layer (SPEC section 2, steps 1-2), float64 throughout:
+//   1. absorb gamma:  kv_b_proj <- kv_b_proj diag(gamma_kv),  gamma_kv <- 1
+//   2. rotate by U:   latent rows of kv_a_proj_with_mqa <- U^T W_DKV,  kv_b_proj <- kv_b_proj U
+// RMS is rotation-invariant, so the layer computes the same function (checked to ~1e-12 in
+// tests/transform). The RoPE rows of kv_a_proj_with_mqa are untouched.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/tensor.hpp"
+#include "model/attention_reference.hpp"
+#include "model/config.hpp"
+
+namespace mla::transform {
+
+enum class Reparam { Identity, Hadamard, Pca };
+std::string_view reparam_name(Reparam r);            // "identity" | "hadamard" | "pca"
+Reparam parse_reparam(std::string_view name);        // throws InputError naming the value
+
+// The orthogonal d_c x d_c rotation U (columns = the new basis vectors).
+//  identity: I.
+//  hadamard: U = D H / sqrt(d_c) (lib/quant/hadamard.hpp); D = I without a seed. d_c must be
+//            a power of two (Sylvester's construction exists only there): InputError otherwise,
+//            naming d_c and `layer_label`.
+//  pca:      `pca_basis` (columns = eigenvectors of the uncentred second moment of c/rms(c),
+//            descending eigenvalue, from mla-calibrate); required, must be d_c x d_c and
+//            orthogonal to 1e-8 (InputError naming `layer_label` and the deviation otherwise).
+MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
+                      const MatrixR* pca_basis, const std::string& layer_label);
+
+// Step 1, in place.
+void absorb_gamma(const model::MlaConfig& cfg, model::AttentionWeights& w);
+// Step 2, in place. Needs gamma_kv = 1 (step 1 first): an elementwise gamma does not commute
+// with U, so rotating before absorbing would change the function (InputError otherwise).
+void rotate_latent(const model::MlaConfig& cfg, model::AttentionWeights& w, const MatrixR& U);
+
+}  // namespace mla::transform
