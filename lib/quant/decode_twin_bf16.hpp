@@ -88,6 +88,9 @@ MLA_HD inline void compute_decode_schedule(const int32_t* seqlens, int batch, in
     split_offsets[b] = 0;
   }
   split_offsets[batch] = 0;
+  // Each part boundary that cuts a request costs one more kFixedCost: budget for it, so the
+  // last part (which takes whatever is left) is not overloaded.
+  total += static_cast<long long>(num_parts) * kFixedCost;
   long long per_part = (total + num_parts - 1) / num_parts;
   if (per_part < kFixedCost + 1) per_part = kFixedCost + 1;
   int b = 0, t = 0, split = 0;

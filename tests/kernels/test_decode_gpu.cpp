@@ -1,0 +1,248 @@
+// GPU tests of the BF16 decode and cache-append kernels (label gpu; skipped without a device):
+// GPU vs float64 reference (SPEC section 5 tolerances) and vs the CPU twin, on adversarial
+// paged layouts; CUDA-graph capture; bad page ids flagged; TPLA ranks run one after another
+// with their o_proj outputs summed.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "core/error.hpp"
+#include "decode_case.hpp"
+#include "kernels/cache_append.hpp"
+#include "kernels/mla_decode.hpp"
+
+namespace mla::test {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+void ck(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
+  explicit DevBuf(const std::vector<T>& v) : DevBuf(v.size()) { up(v); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void up(const std::vector<T>& v) { EXPECT_EQ(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
+  std::vector<T> down() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+
+// The case's buffers on the device, and params pointing at them.
+struct DeviceCase {
+  DevBuf<uint16_t> q, cache, out;
+  DevBuf<int32_t> table, seqlens;
+  DevBuf<float> lse;
+  DevBuf<char> ws;
+  DevBuf<int> flag;
+  kernels::Bf16DecodeParams p;
+  DeviceCase(const DecodeCase& c, int parts)
+      : q(c.q), cache(c.cache), out(c.out), table(c.page_table), seqlens(c.seqlens), lse(c.lse),
+        ws(quant::decode_workspace_bytes(c.batch, c.s_q, c.heads, c.d_c, parts)), flag(std::vector<int>{0}) {
+    p = const_cast<DecodeCase&>(c).host_params(parts);
+    p.q = q.p;
+    p.kv_cache = cache.p;
+    p.page_table = table.p;
+    p.seqlens = seqlens.p;
+    p.out = out.p;
+    p.lse = lse.p;
+    p.workspace = ws.p;
+    p.workspace_bytes = ws.n;
+    p.error_flag = flag.p;
+  }
+};
+
+struct GpuCaseSpec {
+  const char* name;
+  std::vector<int32_t> seqlens;
+  int s_q, heads, d_c, d_r, page_size;
+};
+
+void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
+  SCOPED_TRACE(s.name);
+  DecodeCase c = make_decode_case(s.seqlens, s.s_q, s.heads, s.d_c, s.d_r, s.page_size, seed);
+  const int parts = kernels::decode_parts_for_device(s.s_q, s.heads);
+  DeviceCase d(c, parts);
+  kernels::mla_decode_bf16(d.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  const std::vector<uint16_t> gpu_out = d.out.down();
+  const std::vector<float> gpu_lse = d.lse.down();
+  EXPECT_EQ(d.flag.down()[0], 0);
+
+  const Reference ref = reference_decode(c);
+  const auto m_ref = model::compare(bf16_to_f64(gpu_out), ref.out);
+  EXPECT_TRUE(m_ref.nonfinite_match) << "vs reference: " << m_ref.summary();
+  EXPECT_LT(m_ref.rel_l2, kRelL2Tol) << "vs reference: " << m_ref.summary();
+  EXPECT_LT(m_ref.cos_diff, kCosDiffTol) << "vs reference: " << m_ref.summary();
+  EXPECT_LT(lse_max_abs_diff(gpu_lse, ref.lse), kLseAbsTol);
+
+  quant::decode_twin_bf16(c.host_params(parts));  // same split points as the GPU
+  const auto m_twin = model::compare(bf16_to_f64(gpu_out), bf16_to_f64(c.out));
+  EXPECT_TRUE(m_twin.nonfinite_match) << "vs twin: " << m_twin.summary();
+  EXPECT_LT(m_twin.rel_l2, kTwinRelL2Tol) << "vs twin: " << m_twin.summary();
+  std::vector<double> twin_lse(c.lse.begin(), c.lse.end());
+  EXPECT_LT(lse_max_abs_diff(gpu_lse, twin_lse), kTwinLseAbsTol);
+  std::printf("[%s] vs f64: %s | vs twin: rel_l2=%.3g\n", s.name, m_ref.summary().c_str(), m_twin.rel_l2);
+}
+
+TEST(DecodeGpu, MemoryBoundShapeLengthsAndPageBoundariesUpTo64K) {
+  REQUIRE_GPU();
+  run_gpu_case({"H16 dc512 p64", {1, 63, 64, 65, 127, 128, 129, 4096, 65536}, 1, 16, 512, 64, 64}, 101);
+}
+TEST(DecodeGpu, ManyHeadsTwoRowBlocks) {
+  REQUIRE_GPU();
+  run_gpu_case({"H128 dc512 p64", {1, 65, 1000, 5000}, 1, 128, 512, 64, 64}, 102);
+}
+TEST(DecodeGpu, Page128TplaSlice) {
+  REQUIRE_GPU();
+  run_gpu_case({"H64 dc256 p128", {129, 3000, 127}, 1, 64, 256, 64, 128}, 103);
+}
+TEST(DecodeGpu, MtpTwoQueryTokens) {
+  REQUIRE_GPU();
+  run_gpu_case({"sq2 H16 dc512", {1, 2, 64, 65, 1000}, 2, 16, 512, 64, 64}, 104);
+  run_gpu_case({"sq2 H64 dc128", {2, 129, 700}, 2, 64, 128, 32, 64}, 105);
+}
+TEST(DecodeGpu, NarrowSlicesOfTheTinyModels) {
+  REQUIRE_GPU();
+  run_gpu_case({"H16 dc128", {100, 2000}, 1, 16, 128, 64, 64}, 106);
+  run_gpu_case({"H8 dc64", {1, 300}, 1, 8, 64, 32, 64}, 107);
+  run_gpu_case({"H5 dc32", {1, 300, 64}, 1, 5, 32, 32, 128}, 108);
+  run_gpu_case({"H1 dc512", {777}, 1, 1, 512, 64, 64}, 109);
+  run_gpu_case({"H20 dc32 (64-row block)", {90, 33}, 1, 20, 32, 32, 64}, 110);
+}
+
+TEST(DecodeGpu, GraphCaptureReplaysTheSameResult) {
+  REQUIRE_GPU();
+  DecodeCase c = make_decode_case({3000, 10, 700, 64}, 1, 16, 512, 64, 64, 111);
+  DeviceCase d(c, kernels::decode_parts_for_device(1, 16));
+  kernels::mla_decode_bf16(d.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  const auto direct = d.out.down();
+  ck(cudaMemset(d.out.p, 0, d.out.n * sizeof(uint16_t)));
+  cudaStream_t s;
+  ck(cudaStreamCreate(&s));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  kernels::mla_decode_bf16(d.p, s);  // no host sync inside: capture must succeed
+  ck(cudaStreamEndCapture(s, &graph));
+  ck(cudaGraphInstantiate(&exec, graph, 0));
+  ck(cudaGraphLaunch(exec, s));
+  ck(cudaStreamSynchronize(s));
+  EXPECT_EQ(d.out.down(), direct);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+
+TEST(DecodeGpu, BadPageIdIsFlaggedAndHostChecksWorkspace) {
+  REQUIRE_GPU();
+  DecodeCase c = make_decode_case({200}, 1, 16, 128, 64, 64, 112);
+  c.page_table[2] = kSentinelPage;  // tokens 128..199 need it
+  DeviceCase d(c, 4);
+  kernels::mla_decode_bf16(d.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  EXPECT_EQ(d.flag.down()[0], 1);
+  auto p = d.p;
+  p.workspace_bytes = 16;
+  EXPECT_THROW(kernels::mla_decode_bf16(p, nullptr), InputError);
+}
+
+TEST(CacheAppendGpu, BitExactWithTwin) {
+  REQUIRE_GPU();
+  DecodeCase c = make_decode_case({63, 130, 1}, 1, 1, 512, 64, 64, 113);
+  std::set<int32_t> in_use(c.page_table.begin(), c.page_table.end());
+  int32_t spare = 0;
+  while (in_use.count(spare)) ++spare;
+  c.page_table[1] = spare;  // request 0 grows into a fresh page
+  const int dim = c.dim(), n_new = 2, B = 3;
+  std::vector<uint16_t> kv_new(B * n_new * dim);
+  std::mt19937_64 rng(5);
+  for (auto& v : kv_new) v = static_cast<uint16_t>(rng());
+  const std::vector<int32_t> pos = {63, 128, 1};
+  DevBuf<uint16_t> d_new(kv_new), d_cache(c.cache);
+  DevBuf<int32_t> d_pos(pos), d_table(c.page_table);
+  DevBuf<int> d_flag(std::vector<int>{0});
+  kernels::CacheAppendParams p;
+  p.kv_new = d_new.p;
+  p.positions = d_pos.p;
+  p.page_table = d_table.p;
+  p.kv_cache = d_cache.p;
+  p.error_flag = d_flag.p;
+  p.batch = B;
+  p.n_new = n_new;
+  p.dim = dim;
+  p.max_pages = c.max_pages;
+  p.num_pages = c.num_pages;
+  p.page_size = c.page_size;
+  kernels::cache_append_bf16(p, nullptr);
+  ck(cudaDeviceSynchronize());
+  quant::cache_append_twin_bf16(kv_new.data(), B, n_new, dim, pos.data(), c.page_table.data(), c.max_pages,
+                                c.cache.data(), c.num_pages, c.page_size);
+  const auto gpu = d_cache.down();
+  ASSERT_EQ(gpu.size(), c.cache.size());
+  EXPECT_EQ(std::memcmp(gpu.data(), c.cache.data(), gpu.size() * 2), 0);
+  EXPECT_EQ(d_flag.down()[0], 0);
+}
+
+// TPLA (g = 2, one rank per latent half): each rank runs the same kernel on its slice
+// [x_k | k_pe] with its own softmax; ranks run one after another on one GPU and their o_proj
+// partial outputs y_k = o_proj[:, heads] (W_UV[h][:, slice_k] o_lat_k[h]) are summed.
+TEST(TplaGpu, SequentialRanksSumOfOProjMatchesFloat64) {
+  REQUIRE_GPU();
+  const int H = 8, d_c = 128, d_r = 32, d_v = 16, D = 24, g = 2, w = d_c / g;
+  DecodeCase full = make_decode_case({500, 64, 1}, 1, H, d_c, d_r, 64, 114);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> nd(0.0, 0.1);
+  std::vector<double> w_uv(static_cast<size_t>(H) * d_v * d_c), o_proj(static_cast<size_t>(D) * H * d_v);
+  for (auto& v : w_uv) v = nd(rng);
+  for (auto& v : o_proj) v = nd(rng);
+  std::vector<double> y_gpu(static_cast<size_t>(full.batch) * D, 0.0), y_ref(y_gpu.size(), 0.0);
+  auto add_rank_output = [&](const std::vector<double>& o_lat /*[B, H, w]*/, int k, std::vector<double>& y) {
+    for (int b = 0; b < full.batch; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int v = 0; v < d_v; ++v) {
+          double o = 0.0;
+          for (int i = 0; i < w; ++i) o += w_uv[(static_cast<size_t>(h) * d_v + v) * d_c + k * w + i] * o_lat[(b * H + h) * w + i];
+          for (int dd = 0; dd < D; ++dd) y[b * D + dd] += o_proj[static_cast<size_t>(dd) * H * d_v + h * d_v + v] * o;
+        }
+  };
+  for (int k = 0; k < g; ++k) {
+    DecodeCase rank = full;  // same pages and page table; rows narrowed to [x_k | k_pe]
+    rank.d_c = w;
+    const int dim = w + d_r;
+    rank.cache.assign(static_cast<size_t>(full.num_pages) * full.page_size * dim, kBf16NaN);
+    for (size_t t = 0; t < static_cast<size_t>(full.num_pages) * full.page_size; ++t)
+      for (int i = 0; i < dim; ++i)
+        rank.cache[t * dim + i] = full.cache[t * full.dim() + (i < w ? k * w + i : d_c + (i - w))];
+    rank.q.resize(static_cast<size_t>(full.batch) * H * dim);
+    for (size_t r = 0; r < static_cast<size_t>(full.batch) * H; ++r)
+      for (int i = 0; i < dim; ++i) rank.q[r * dim + i] = full.q[r * full.dim() + (i < w ? k * w + i : d_c + (i - w))];
+    rank.out.assign(static_cast<size_t>(full.batch) * H * w, kBf16NaN);
+    DeviceCase d(rank, kernels::decode_parts_for_device(1, H));
+    kernels::mla_decode_bf16(d.p, nullptr);  // rank k, after rank k-1 on the same GPU
+    ck(cudaDeviceSynchronize());
+    add_rank_output(bf16_to_f64(d.out.down()), k, y_gpu);
+    add_rank_output(reference_decode(rank).out, k, y_ref);
+  }
+  const auto m = model::compare(y_gpu, y_ref);
+  EXPECT_LT(m.rel_l2, kRelL2Tol) << m.summary();
+  EXPECT_LT(m.cos_diff, kCosDiffTol) << m.summary();
+}
+
+}  // namespace
+}  // namespace mla::test
