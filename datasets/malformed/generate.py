@@ -62,6 +62,9 @@ case("trailing_bytes.safetensors", "BufferSizeMismatch", good + b"\x00" * 4, "4 
 # --- text / JSON ---
 case("not_json.safetensors", "InvalidJson", st(None, raw="{hello world}"), "header is not JSON")
 case("trailing_garbage.safetensors", "InvalidJson", st(None, raw="{} trailing"), "text after the JSON object")
+case("number_out_of_range.safetensors", "InvalidJson",
+     st(None, raw='{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1e400]}}', data=b"\x00"),
+     "1e400 overflows a double (fuzzer crash 1, see docs/fuzzing.md)")
 case("nul_in_header.safetensors", "InvalidJson", st(None, raw=b"{\x00}"), "a NUL byte inside the object")
 case("header_array.safetensors", "NotAnObject", st(None, raw="[1, 2]"), "header is a JSON array")
 case("header_leading_space.safetensors", "NotAnObject", st(None, raw=" {}"), "header does not start with '{'")

@@ -126,7 +126,9 @@ json parse_rejecting_duplicates(std::string_view text, const std::string& label)
   };
   try {
     return json::parse(text.begin(), text.end(), callback);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and also out_of_range for a number beyond double (e.g. 1e400): found by
+    // the fuzzer (docs/fuzzing.md), it escaped as a non-SafetensorsError before.
     fail(Kind::InvalidJson, label + ": header is not valid JSON: " + e.what());
   }
 }
@@ -365,9 +367,33 @@ uint64_t TensorSpec::nbytes() const {
 
 namespace {
 
-// Bytes per element, 1 for sub-byte types: larger first keeps every tensor naturally
-// aligned in the file (the data buffer starts at a multiple of 8).
-uint64_t dtype_alignment(DType t) { return std::max(1, dtype_bits(t) / 8); }
+// Write order of dtypes: the reference serializer's (safetensors `Dtype` declaration order,
+// written descending). It ascends with element size, so writing the highest rank first keeps
+// every tensor naturally aligned (the data buffer starts at a multiple of 8), and ties of
+// equal size are broken as the reference does: our data buffer is byte-identical to the
+// Python package's for the same tensors (tests/python_interop checks it).
+int reference_rank(DType t) {
+  switch (t) {
+    case DType::BOOL: return 0;
+    case DType::F4: return 1;
+    case DType::U8: return 2;
+    case DType::I8: return 3;
+    case DType::F8_E5M2: return 4;
+    case DType::F8_E4M3: return 5;
+    case DType::F8_E8M0: return 6;
+    case DType::I16: return 7;
+    case DType::U16: return 8;
+    case DType::F16: return 9;
+    case DType::BF16: return 10;
+    case DType::I32: return 11;
+    case DType::U32: return 12;
+    case DType::F32: return 13;
+    case DType::F64: return 14;
+    case DType::I64: return 15;
+    case DType::U64: return 16;
+  }
+  return -1;
+}
 
 void check_names(const std::vector<TensorSpec>& specs) {
   std::set<std::string_view> seen;
@@ -397,8 +423,8 @@ void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::
 FileLayout plan_file(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata) {
   check_names(specs);
   std::sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
-    const uint64_t aa = dtype_alignment(a.dtype), ab = dtype_alignment(b.dtype);
-    if (aa != ab) return aa > ab;
+    const int ra = reference_rank(a.dtype), rb = reference_rank(b.dtype);
+    if (ra != rb) return ra > rb;
     return a.name < b.name;
   });
   FileLayout layout;

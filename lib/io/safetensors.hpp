@@ -90,7 +90,9 @@ struct TensorSpec {
   uint64_t nbytes() const;
 };
 
-// Deterministic layout: tensors ordered by dtype alignment (largest first) then name,
+// Deterministic layout: tensors ordered by dtype alignment (largest first; equal sizes in
+// the reference serializer's dtype order, so the data buffer matches the Python package's
+// byte for byte) then name,
 // header JSON compact with keys sorted, padded with spaces to a multiple of 8 bytes.
 struct FileLayout {
   std::vector<TensorSpec> order;        // write order
