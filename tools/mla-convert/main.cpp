@@ -1,0 +1,48 @@
+// mla-convert: an MLA checkpoint -> TPLA per-rank checkpoints (SPEC section 2).
+// Thin main: options into ConvertOptions, one library call, report.
+#include <iostream>
+
+#include "common/cli_common.hpp"
+#include "transform/convert.hpp"
+
+int main(int argc, char** argv) {
+  using namespace mla::transform;
+  CLI::App app{"Reparameterise an MLA checkpoint (absorb gamma, rotate the latent) and shard it for "
+               "tensor-parallel latent attention (TPLA): one HF checkpoint per rank + manifest.json"};
+  mla::cli::CommonOptions common;
+  mla::cli::add_common_options(app, common);
+  ConvertOptions o;
+  std::string reparam = "identity", norm = "approx", out_dtype = "bf16", input, output;
+  uint64_t seed = 0;
+  bool list = false;
+  app.add_option("CHECKPOINT", input, "Input Hugging Face checkpoint directory")->required();
+  app.add_option("-o,--output", output, "Output directory (must not exist; written atomically)")->required();
+  app.add_option("--tp", o.tp, "Tensor-parallel degree: 1, 2, 4 or 8")->required();
+  app.add_option("--groups", o.groups, "Latent groups g (divides tp; default g = tp: each rank caches d_c/tp)");
+  app.add_option("--reparam", reparam, "Rotation U: identity | hadamard (d_c a power of two) | pca (needs --calib)")
+      ->check(CLI::IsMember({"identity", "hadamard", "pca"}));
+  app.add_option("--calib", o.calib, "calib.h5 from mla-calibrate: PCA basis, energy fractions f_k, mu_k");
+  app.add_option("--norm", norm, "Sliced kv_a RMSNorm: approx (sqrt(g f_k) folded) | exact (engine all-reduces)")
+      ->check(CLI::IsMember({"approx", "exact"}));
+  app.add_option("--out-dtype", out_dtype, "bf16 | fp8 (E4M3, fresh 128x128 block scales for *_proj weights)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_flag("--absorb", o.absorb, "Also write per-head W_UK [H, d_n, d_c/g] and W_UV [H, d_v, d_c/g] (BF16)");
+  app.add_flag("--dry-run", o.dry_run, "Print the per-rank plan and KV bytes per token per device; write nothing");
+  app.add_flag("--list-tensors", list, "With --dry-run: list every output tensor of every rank");
+  app.add_option("--threads", o.threads, "Worker threads (output bytes do not depend on it)")->check(CLI::Range(1, 256));
+  auto* seed_opt = app.add_option("--seed", seed, "Seed of the Hadamard random +-1 diagonal (none: plain Sylvester)");
+  app.add_option("--max-shard-bytes", o.max_shard_bytes, "Largest output shard (tensor bytes)");
+
+  return mla::cli::run_tool(app, common, argc, argv, [&] {
+    o.input = input;
+    o.output = output;
+    o.reparam = parse_reparam(reparam);
+    o.norm = parse_norm_mode(norm);
+    o.out_dtype = parse_out_dtype(out_dtype);
+    if (seed_opt->count() > 0) o.seed = seed;
+    const ConvertResult r = convert_checkpoint(o);
+    if (o.dry_run || !common.quiet) std::cout << describe_plan(r, list);
+    mla::cli::write_json_output(common.json_path, result_json(r).dump(2));
+    return 0;
+  });
+}
