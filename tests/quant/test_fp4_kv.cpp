@@ -83,3 +83,24 @@ TEST(Fp4Mx, RejectsPartialGroup) {
   std::vector<uint8_t> c(16), s(1);
   EXPECT_THROW(encode_fp4_mx(x.data(), 31, Fp4ScaleRule::Round, 0.156f, c.data(), s.data()), mla::InputError);
 }
+
+TEST(Fp4Mx, FastRoundingEqualsEncoderOnEveryTieAndRandomValues) {
+  // Groups whose absmax is 6 (E = 0 under OCP floor) make the error helper round v itself.
+  std::vector<float> vals = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.2499f, 0.7501f, 5.01f};
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  while (vals.size() % 31 != 0 || vals.size() < 31 * 40) vals.push_back(u(rng));
+  std::vector<float> x;
+  for (std::size_t i = 0; i < vals.size(); i += 31) {
+    x.push_back(6.0f);
+    x.insert(x.end(), vals.begin() + i, vals.begin() + i + 31);
+  }
+  std::vector<uint8_t> codes(x.size() / 2), scales(x.size() / 32);
+  encode_fp4_mx(x.data(), x.size(), Fp4ScaleRule::OcpFloor, 0, codes.data(), scales.data());
+  std::vector<float> y(x.size());
+  decode_fp4_mx(codes.data(), scales.data(), x.size(), y.data());
+  double e = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) e += (double(y[i]) - x[i]) * (double(y[i]) - x[i]);
+  EXPECT_DOUBLE_EQ(fp4_mx_sq_error(x.data(), x.size(), Fp4ScaleRule::OcpFloor, 0), e);
+  EXPECT_GT(e, 0.0);
+}

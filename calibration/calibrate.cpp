@@ -1,0 +1,369 @@
+#include "calibration/calibrate.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "calibration/capture.hpp"
+#include "core/error.hpp"
+#include "quant/fp8_kv.hpp"
+#include "quant/hadamard.hpp"
+
+namespace mla::calib {
+
+namespace {
+
+// u = c / rms(c), rms with the model's epsilon as RMSNorm_kv computes it.
+MatrixR normalise_rows(const MatrixR& c, double eps) {
+  MatrixR u = c;
+  for (Eigen::Index t = 0; t < c.rows(); ++t) {
+    u.row(t) /= std::sqrt(c.row(t).squaredNorm() / static_cast<double>(c.cols()) + eps);
+  }
+  return u;
+}
+
+// Evenly spread picks of k out of n indices (all when k >= n).
+std::vector<int64_t> spread(int64_t n, int64_t k) {
+  std::vector<int64_t> r;
+  if (n <= 0) return r;
+  k = std::min(k, n);
+  for (int64_t i = 0; i < k; ++i) r.push_back(i * n / k);
+  return r;
+}
+
+struct SequenceData {
+  MatrixR h;      // [T, D] when the capture holds h
+  MatrixR c, x, k_pe;
+};
+
+SequenceData load_sequence(const Capture& cap, const model::MlaConfig& cfg,
+                           const model::AttentionWeights& w, int64_t layer, int64_t s) {
+  SequenceData d;
+  if (cap.info().has_hidden) {
+    d.h = cap.read_hidden(layer, s);
+    model::LatentCache cache = model::compute_latent(cfg, w, d.h, 0, &d.c);
+    d.x = std::move(cache.x);
+    d.k_pe = std::move(cache.k_pe);
+  } else {
+    cap.read_latent(layer, s, d.c, d.k_pe);
+    d.x = normalise_rows(d.c, cfg.rms_norm_eps) * w.kv_a_layernorm.asDiagonal();
+  }
+  return d;
+}
+
+// Accumulators of pass 2 for one basis.
+struct PairAccum {
+  std::map<int, std::vector<FitSums>> fit, hold;          // g -> per slice
+  std::map<int, std::vector<FitSums>> fit_head;           // g -> [H*g], head-major
+  std::map<int, std::vector<double>> norm_err, norm_ref;  // g -> per slice (held-out)
+};
+
+}  // namespace
+
+CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& weights,
+                            const std::string& fingerprint, const CalibrationOptions& opt) {
+  const int64_t dc = cfg.kv_lora_rank, H = cfg.num_heads;
+  if (opt.captures.empty()) throw InputError("mla-calibrate: no capture given (--activations)");
+  if (opt.groups.empty()) throw InputError("mla-calibrate: no latent group count given");
+  const int gmax = *std::max_element(opt.groups.begin(), opt.groups.end());
+  for (int g : opt.groups) {
+    if (g < 1 || gmax % g != 0 || dc % gmax != 0) {
+      throw InputError("mla-calibrate: group count g = " + std::to_string(g) +
+                       " must be >= 1, divide the largest g (" + std::to_string(gmax) +
+                       ") and d_c = " + std::to_string(dc) + " must be divisible by " +
+                       std::to_string(gmax));
+    }
+  }
+  if (!quant::is_power_of_two(static_cast<std::size_t>(dc))) {
+    throw InputError("mla-calibrate: kv_lora_rank d_c = " + std::to_string(dc) +
+                     " is not a power of two; the Sylvester Hadamard basis needs one");
+  }
+  if (!(opt.holdout_fraction > 0.0 && opt.holdout_fraction < 1.0)) {
+    throw InputError("mla-calibrate: holdout fraction must be in (0, 1), got " +
+                     std::to_string(opt.holdout_fraction));
+  }
+
+  std::vector<std::unique_ptr<Capture>> caps;
+  CalibrationResult res;
+  res.checkpoint_fingerprint = fingerprint;
+  res.model_type = cfg.model_type;
+  res.d_c = dc;
+  res.num_heads = H;
+  res.hadamard_seed = opt.hadamard_seed;
+  res.holdout_fraction = opt.holdout_fraction;
+  res.groups = opt.groups;
+  int64_t fit_tokens = 0;
+  std::vector<int64_t> n_hold;
+  for (const auto& p : opt.captures) {
+    caps.push_back(std::make_unique<Capture>(p, cfg));
+    const auto& ci = caps.back()->info();
+    if (!ci.checkpoint_fingerprint.empty() && !fingerprint.empty() &&
+        ci.checkpoint_fingerprint != fingerprint) {
+      throw InputError("capture " + p + ": attribute checkpoint_fingerprint " +
+                       ci.checkpoint_fingerprint + " does not match the model's " + fingerprint);
+    }
+    res.capture_sources.push_back(ci.source.empty() ? p : ci.source);
+    res.corpus_sha256.push_back(ci.corpus_sha256);
+    const int64_t nh = ci.sequences >= 2
+        ? std::max<int64_t>(1, std::llround(opt.holdout_fraction * static_cast<double>(ci.sequences)))
+        : 0;
+    if (nh == 0) res.warnings.push_back("capture " + p + " has one sequence: nothing held out, "
+                                        "slicing errors are measured on the fitting data");
+    n_hold.push_back(nh);
+    fit_tokens += (ci.sequences - nh) * ci.seq_len;
+  }
+  if (fit_tokens < 4 * dc) {
+    const std::string msg = "only " + std::to_string(fit_tokens) + " fitting tokens, fewer than 4 x d_c = " +
+                            std::to_string(4 * dc) + ": a PCA basis would fit noise (SPEC section 3)";
+    if (!opt.allow_few_tokens) throw InputError("mla-calibrate: " + msg);
+    res.warnings.push_back(msg);
+    spdlog::warn("{}", msg);
+  }
+  std::vector<int64_t> layers = opt.layers;
+  const int64_t nl = caps[0]->info().num_layers;
+  if (layers.empty()) for (int64_t l = 0; l < nl; ++l) layers.push_back(l);
+  for (int64_t l : layers) {
+    if (l < 0 || l >= nl) {
+      throw InputError("mla-calibrate: layer " + std::to_string(l) + " is out of range [0, " +
+                       std::to_string(nl) + ")");
+    }
+  }
+
+  const std::vector<double> signs = quant::random_signs(dc, opt.hadamard_seed);
+  std::map<std::string, Eigen::MatrixXd> bases;
+  bases["identity"] = Eigen::MatrixXd::Identity(dc, dc);
+  bases["hadamard"] = quant::hadamard_basis(dc, opt.hadamard_seed);
+  const double scale = cfg.softmax_scale();
+
+  for (int64_t layer : layers) {
+    spdlog::info("layer {}: pass 1 (second moments, reservoirs)", layer);
+    const model::AttentionWeights w = weights(layer);
+    LayerCalibration L;
+    L.layer = layer;
+    SecondMoment m_fit(dc), m_hold(dc);
+    RowReservoir r_fit(opt.reservoir_rows, dc, 1000 + layer), r_hold(opt.reservoir_rows, dc, 2000 + layer);
+    std::vector<double> row(dc);
+    for (std::size_t ci = 0; ci < caps.size(); ++ci) {
+      const auto& info = caps[ci]->info();
+      for (int64_t s = 0; s < info.sequences; ++s) {
+        const bool hold = s >= info.sequences - n_hold[ci];
+        const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
+        (hold ? m_hold : m_fit).collect(normalise_rows(d.c, cfg.rms_norm_eps));
+        RowReservoir& r = hold ? r_hold : r_fit;
+        for (int64_t t = 0; t < d.x.rows(); ++t) {
+          const int64_t slot = r.offer_slot();
+          if (slot < 0) continue;
+          for (int64_t i = 0; i < dc; ++i) row[i] = d.x(t, i);
+          quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
+          r.store(slot, row.data());
+        }
+      }
+    }
+    L.tokens_fit = m_fit.count;
+    L.tokens_holdout = m_hold.count;
+    L.second_moment = m_fit.finalize();
+    const MatrixR m_h = m_hold.count ? m_hold.finalize() : L.second_moment;
+    const Eigen_ eig = symmetric_eigen(L.second_moment);
+    L.eigenvalues = eig.values;
+    L.pca_basis = eig.vectors;
+    bases["pca"] = L.pca_basis;
+    for (int g : opt.groups) {
+      for (const auto& b : basis_names()) {
+        SliceStats& st = L.slices[g][b];
+        st.f = energy_fractions(L.second_moment, bases[b], g);
+        st.f_holdout = energy_fractions(m_h, bases[b], g);
+        st.mu.assign(g, 1.0);
+        st.r2.assign(g, 0.0);
+        st.mu_guarded.assign(g, 0);
+        st.norm_rel_error.assign(g, 0.0);
+      }
+    }
+
+    // ---- pass 2 ----
+    spdlog::info("layer {}: pass 2 (slicing errors, mu, FP8 study)", layer);
+    std::map<std::string, PairAccum> acc;
+    for (const auto& b : basis_names()) {
+      for (int g : opt.groups) {
+        acc[b].fit[g].resize(g); acc[b].hold[g].resize(g); acc[b].fit_head[g].resize(H * g);
+        acc[b].norm_err[g].assign(g, 0.0); acc[b].norm_ref[g].assign(g, 0.0);
+      }
+    }
+    std::map<std::string, ErrorSums> fp8;
+    std::vector<MatrixR> w_uv(H);
+    for (int64_t h = 0; h < H; ++h) w_uv[h] = w.w_uv(cfg, h);
+    const int64_t budget = std::max<int64_t>(1, opt.pair_sequences / static_cast<int64_t>(caps.size()));
+    for (std::size_t ci = 0; ci < caps.size(); ++ci) {
+      const auto& info = caps[ci]->info();
+      const int64_t nfit = info.sequences - n_hold[ci];
+      std::vector<std::pair<int64_t, bool>> picks;
+      for (int64_t s : spread(nfit, budget)) picks.push_back({s, false});
+      for (int64_t s : spread(n_hold[ci], budget)) picks.push_back({nfit + s, true});
+      if (n_hold[ci] == 0) for (int64_t s : spread(nfit, budget)) picks.push_back({s, true});
+      for (const auto& [s, hold] : picks) {
+        const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
+        const MatrixR u = normalise_rows(d.c, cfg.rms_norm_eps);
+        const int64_t T = u.rows();
+        std::map<std::string, MatrixR> ub;
+        for (const auto& b : basis_names()) ub[b] = u * bases[b];
+        if (hold) {
+          for (const auto& b : basis_names()) {
+            for (int g : opt.groups) {
+              const int64_t wd = dc / g;
+              const auto& f = L.slices[g][b].f;
+              for (int k = 0; k < g; ++k) {
+                const double gain = std::sqrt(g * f[k]);
+                for (int64_t t = 0; t < T; ++t) {
+                  const auto seg = ub[b].row(t).segment(k * wd, wd);
+                  const double r = std::sqrt(seg.squaredNorm() / static_cast<double>(wd) + cfg.rms_norm_eps);
+                  acc[b].norm_err[g][k] += (seg * (gain / r - 1.0)).squaredNorm();
+                  acc[b].norm_ref[g][k] += seg.squaredNorm();
+                }
+              }
+            }
+          }
+        }
+        if (!info.has_hidden) continue;
+        L.have_pairs = true;
+        // Quantised caches of the whole sequence under each FP8 configuration.
+        std::map<std::string, std::pair<MatrixR, MatrixR>> qcache;
+        for (quant::Fp8Config c : quant::kAllFp8Configs) {
+          auto& qc = qcache[std::string(quant::fp8_config_name(c))];
+          quant::fake_quant_fp8_cache(c, d.x, d.k_pe, qc.first, qc.second);
+        }
+        for (int64_t t : spread(T, opt.queries_per_sequence)) {
+          t = T - 1 - t;  // spread from the end: late queries see the most keys
+          const model::QueryParts qp = model::project_queries(cfg, w, d.h.row(t), t);
+          const MatrixR ql = model::absorb_queries(cfg, w, qp.q_nope);
+          const MatrixR Q = Eigen::Map<const MatrixR>(ql.data(), H, dc);
+          const MatrixR Qpe = Eigen::Map<const MatrixR>(qp.q_pe.data(), H, cfg.qk_rope_head_dim);
+          const MatrixR Qg = Q * w.kv_a_layernorm.asDiagonal();  // logit = Qg . u
+          for (const auto& b : basis_names()) {
+            const MatrixR Qb = Qg * bases[b];
+            const auto K = ub[b].topRows(t + 1);
+            const int64_t wm = dc / gmax;
+            std::vector<MatrixR> P(gmax);
+            MatrixR z = MatrixR::Zero(H, t + 1);
+            for (int sidx = 0; sidx < gmax; ++sidx) {
+              P[sidx] = Qb.middleCols(sidx * wm, wm) * K.middleCols(sidx * wm, wm).transpose();
+              z += P[sidx];
+            }
+            for (int g : opt.groups) {
+              const int per = gmax / g;
+              for (int k = 0; k < g; ++k) {
+                MatrixR p = P[k * per];
+                for (int j = 1; j < per; ++j) p += P[k * per + j];
+                auto& sums = (hold ? acc[b].hold[g] : acc[b].fit[g])[k];
+                for (int64_t h = 0; h < H; ++h) {
+                  for (int64_t j = 0; j <= t; ++j) {
+                    sums.add(z(h, j), p(h, j));
+                    if (!hold) acc[b].fit_head[g][h * g + k].add(z(h, j), p(h, j));
+                  }
+                }
+              }
+            }
+          }
+          (hold ? L.pairs_holdout : L.pairs_fit) += H * (t + 1);
+          // FP8 study: attention output o = W_UV o_lat per head, reference vs quantised cache.
+          auto output = [&](const MatrixR& x, const MatrixR& kpe) {
+            model::LatentCache cache{x.topRows(t + 1), kpe.topRows(t + 1)};
+            const auto core = model::absorbed_decode_core(Q, Qpe, cache, scale);
+            std::vector<double> o;
+            for (int64_t h = 0; h < H; ++h) {
+              const VectorD oh = w_uv[h] * core.o_lat.row(h).transpose();
+              o.insert(o.end(), oh.data(), oh.data() + oh.size());
+            }
+            return o;
+          };
+          const auto ref = output(d.x, d.k_pe);
+          for (const auto& [name, qc] : qcache) {
+            const auto y = output(qc.first, qc.second);
+            fp8[name].add(y.data(), ref.data(), static_cast<int64_t>(y.size()));
+          }
+          ++L.fp8_queries;
+        }
+      }
+    }
+    for (const auto& b : basis_names()) {
+      for (int g : opt.groups) {
+        SliceStats& st = L.slices[g][b];
+        for (int k = 0; k < g; ++k) {
+          const double ref = acc[b].norm_ref[g][k];
+          st.norm_rel_error[k] = ref > 0 ? std::sqrt(acc[b].norm_err[g][k] / ref) : 0.0;
+          if (!L.have_pairs) continue;
+          const MuFit mf = fit_mu(acc[b].fit[g][k], opt.mu_min_rel_energy);
+          st.mu[k] = mf.mu;
+          st.mu_guarded[k] = mf.guarded;
+          st.r2[k] = acc[b].hold[g][k].r2(mf.mu);
+        }
+        if (L.have_pairs && opt.mu_per_head) {
+          st.mu_per_head = MatrixR::Ones(H, g);
+          for (int64_t h = 0; h < H; ++h)
+            for (int k = 0; k < g; ++k)
+              st.mu_per_head(h, k) = fit_mu(acc[b].fit_head[g][h * g + k], opt.mu_min_rel_energy).mu;
+        }
+      }
+    }
+    for (const auto& [name, e] : fp8) L.fp8[name] = {e.rmse(), e.cos_diff(), e.rel_l2()};
+
+    // ---- FP4 constant and Lloyd-Max on the rotated cache rows ----
+    if (dc % static_cast<int64_t>(quant::kFp4Group) == 0 && r_fit.size() > 0) {
+      L.fp4 = fit_fp4_constant(r_fit.rows);
+      const auto& hs = r_hold.size() ? r_hold.rows : r_fit.rows;
+      double ms = 0;
+      for (float v : hs) ms += static_cast<double>(v) * v;
+      ms /= static_cast<double>(hs.size());
+      L.fp4_holdout_rel_mse = ms > 0 ? fp4_round_mse(hs, L.fp4.c_rounded) / ms : 0.0;
+      L.codebook = quant::lloyd_max_samples(std::vector<double>(r_fit.rows.begin(), r_fit.rows.end()));
+      L.codebook_holdout_mse =
+          quant::codebook_mse(L.codebook.levels, std::vector<double>(hs.begin(), hs.end()));
+    } else {
+      res.warnings.push_back("layer " + std::to_string(layer) + ": no FP4/Lloyd-Max fit (d_c not a multiple of 32)");
+    }
+    L.sample = r_fit.rows;
+    res.layers.push_back(std::move(L));
+  }
+
+  // ---- protected layers ----
+  std::vector<std::size_t> order(res.layers.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return res.layers[a].fp4_holdout_rel_mse > res.layers[b].fp4_holdout_rel_mse;
+  });
+  const auto n_worst = static_cast<std::size_t>(std::ceil(opt.protect_worst_fraction * order.size()));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    auto& L = res.layers[order[i]];
+    std::vector<std::string> why;
+    if (L.layer < opt.protect_first) why.push_back("first " + std::to_string(opt.protect_first));
+    if (L.layer >= nl - opt.protect_last) why.push_back("last " + std::to_string(opt.protect_last));
+    if (i < n_worst) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "worst %.0f%% FP4 held-out relative MSE (%.4g)",
+                    100 * opt.protect_worst_fraction, L.fp4_holdout_rel_mse);
+      why.push_back(buf);
+    }
+    L.protect = !why.empty();
+    for (std::size_t k = 0; k < why.size(); ++k) L.protect_reason += (k ? "; " : "") + why[k];
+  }
+
+  // ---- global FP4 constant and codebook: the first rows of every layer's reservoir ----
+  std::vector<float> pooled;
+  const std::size_t per_layer = static_cast<std::size_t>(std::max<int64_t>(1, 4096 / std::max<std::size_t>(1, res.layers.size()))) * dc;
+  for (auto& L : res.layers) {
+    const std::size_t n = std::min(per_layer, L.sample.size()) / quant::kFp4Group * quant::kFp4Group;
+    pooled.insert(pooled.end(), L.sample.begin(), L.sample.begin() + static_cast<std::ptrdiff_t>(n));
+    L.sample.clear();
+    L.sample.shrink_to_fit();
+  }
+  if (!pooled.empty()) {
+    res.global_fp4 = fit_fp4_constant(pooled);
+    res.global_codebook = quant::lloyd_max_samples(std::vector<double>(pooled.begin(), pooled.end()));
+  }
+  res.analytic_gaussian_unit = quant::lloyd_max_gaussian(1.0);
+  res.analytic_gaussian_1_over_d = quant::lloyd_max_gaussian(1.0 / std::sqrt(static_cast<double>(dc)));
+  res.analytic_sphere = quant::lloyd_max_sphere_coordinate(static_cast<int>(dc));
+  return res;
+}
+
+}  // namespace mla::calib

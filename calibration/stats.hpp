@@ -1,0 +1,64 @@
+#pragma once
+// Streaming statistics with collect / merge / finalize: sums and counts only, so memory is
+// independent of the number of tokens and two runs over disjoint data merge exactly.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace mla::calib {
+
+// Uncentred second moment of the per-token normalised latent u = c / rms(c):
+// sum of u u^T (lower triangle kept up to date; full() mirrors it) and the token count.
+struct SecondMoment {
+  MatrixR sum;  // [d_c, d_c]
+  int64_t count = 0;
+  explicit SecondMoment(int64_t d = 0) : sum(MatrixR::Zero(d, d)) {}
+  // u: [T, d_c] normalised rows.
+  void collect(const MatrixR& u);
+  void merge(const SecondMoment& o);
+  // E[u u^T] (symmetric), zero when empty.
+  MatrixR finalize() const;
+};
+
+// Fixed-size uniform sample of rows (Algorithm R, seeded): the FP4 / Lloyd-Max fits need the
+// samples themselves, but only a bounded number of them.
+struct RowReservoir {
+  int64_t capacity = 0, width = 0, seen = 0;
+  std::vector<float> rows;  // filled rows * width
+  std::mt19937_64 rng;
+  RowReservoir(int64_t cap, int64_t w, uint64_t seed) : capacity(cap), width(w), rng(seed) {}
+  int64_t size() const { return static_cast<int64_t>(rows.size()) / (width ? width : 1); }
+  // Counts one offered row; returns the slot the caller must fill with store(), or -1 (the
+  // row is not kept, so callers transform only the rows that are kept).
+  int64_t offer_slot();
+  void store(int64_t slot, const double* row);
+  // Merges another reservoir: each slot is drawn from either side in proportion to `seen`.
+  void merge(const RowReservoir& o);
+};
+
+// Least-squares sums for z ~ mu * p (no intercept) and its R^2: z the full content logit,
+// p one slice's partial logit.
+struct FitSums {
+  double zp = 0, pp = 0, zz = 0, z = 0;
+  int64_t n = 0;
+  void add(double zi, double pi) { zp += zi * pi; pp += pi * pi; zz += zi * zi; z += zi; ++n; }
+  void merge(const FitSums& o) { zp += o.zp; pp += o.pp; zz += o.zz; z += o.z; n += o.n; }
+  // Residual sum of squares and R^2 for a given mu (R^2 = 1 - SSE / centred SS of z).
+  double sse(double mu) const { return zz - 2 * mu * zp + mu * mu * pp; }
+  double r2(double mu) const;
+};
+
+// Error sums of y against reference r over many flattened outputs (SPEC section 5).
+struct ErrorSums {
+  double ee = 0, rr = 0, yy = 0, yr = 0;
+  int64_t n = 0;
+  void add(const double* y, const double* r, int64_t count);
+  void merge(const ErrorSums& o) { ee += o.ee; rr += o.rr; yy += o.yy; yr += o.yr; n += o.n; }
+  double rmse() const;
+  double cos_diff() const;
+  double rel_l2() const;
+};
+
+}  // namespace mla::calib
