@@ -9,7 +9,9 @@
 
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
+#include "io/checkpoint_scan.hpp"
 #include "io/fingerprint.hpp"
+#include "io/mla_weights.hpp"
 #include "io/safetensors.hpp"
 #include "io/synthetic.hpp"
 
@@ -209,4 +211,55 @@ TEST(Fingerprint, Sha256File) {
   // FIPS 180-2 test vector.
   EXPECT_EQ(io::sha256_file(p), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_THROW(io::sha256_file(p.parent_path() / "missing"), Error);
+}
+
+TEST(Scan, RejectsNonFiniteValuesAndBadScales) {
+  // A clean checkpoint scans; a NaN BF16 element and a zero FP8 scale are each named.
+  const fs::path dir = make_two_shard_checkpoint("scan-ok");
+  const auto ok = io::scan_checkpoint(io::Checkpoint::open(dir), 2);
+  EXPECT_EQ(ok.tensors, 3);
+  EXPECT_EQ(ok.bytes, 576 * 256 + 10 * 4 + 8 * 4);
+
+  fs::path bad = make_two_shard_checkpoint("scan-zero-scale");
+  {
+    OwnedTensor s = f32(kW + "_scale_inv", {5, 2}, 1.0f);
+    const float zero = 0.0f;
+    std::memcpy(s.bytes.data() + 7 * 4, &zero, 4);
+    io::write_safetensors(bad / "model-00002-of-00002.safetensors", {s, f32("model.norm.weight", {8}, 1.0f)}, {});
+  }
+  try {
+    io::scan_checkpoint(io::Checkpoint::open(bad), 2);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(kW + "_scale_inv' element 7"), std::string::npos) << e.what();
+  }
+
+  fs::path nan_dir = fresh_dir("scan-nan");
+  write_tiny_config(nan_dir);
+  OwnedTensor t{"model.norm.weight", DType::BF16, {4}, std::vector<std::byte>(8, std::byte{0})};
+  t.bytes[5] = std::byte{0x7F};  // element 2 = 0x7FC0: NaN
+  t.bytes[4] = std::byte{0xC0};
+  io::write_safetensors(nan_dir / "model.safetensors", {t}, {});
+  try {
+    io::scan_checkpoint(io::Checkpoint::open(nan_dir), 1);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.norm.weight' element 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MlaWeights, LoadsDequantisedLayerFromShippedCheckpoints) {
+  for (const char* name : {"tiny-v3", "tiny-v2"}) {
+    const auto ckpt = io::Checkpoint::open(fs::path(MLA_SOURCE_DIR) / "datasets/synthetic" / name);
+    const auto& c = ckpt.config();
+    const auto w = io::load_attention_weights(ckpt, 1);
+    EXPECT_EQ(w.kv_a_proj_with_mqa.rows(), c.kv_lora_rank + c.qk_rope_head_dim);
+    EXPECT_EQ(w.kv_b_proj.rows(), c.num_heads * (c.qk_nope_head_dim + c.v_head_dim));
+    EXPECT_EQ(w.kv_a_layernorm.size(), c.kv_lora_rank);
+    EXPECT_EQ(w.q_proj.size() == 0, c.has_q_lora());
+    // Same values as the checkpoint's own float64 view (dequantised for FP8).
+    const MatrixR direct = ckpt.load_matrix("model.layers.1.self_attn.o_proj.weight");
+    EXPECT_EQ((w.o_proj - direct).cwiseAbs().maxCoeff(), 0.0);
+    EXPECT_THROW(io::load_attention_weights(ckpt, c.attention_layers()), InputError);
+  }
 }
