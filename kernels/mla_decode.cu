@@ -42,6 +42,9 @@ __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
 __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -61,7 +64,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int DC, int RG, int NWC, int BN, int STAGES>
+template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
 struct SplitCfg {
   static constexpr int kWarps = RG * NWC;
   static constexpr int kThreads = 32 * kWarps;
@@ -71,7 +74,7 @@ struct SplitCfg {
   static constexpr int kColsPerWarp = DC / NWC;  // O columns of one warp
   static constexpr int kNtO = kColsPerWarp / 8;
   static constexpr int kPStride = BN + 8;  // +16 B per row: conflict-free ldmatrix
-  static_assert(kNtS % 2 == 0 && kNtO >= 1 && BN % 16 == 0, "tile shape");
+  static_assert(kNtS >= 1 && kNtO >= 1 && BN % 16 == 0, "tile shape");
   // Shared bytes for a row of `dim` values (+16 B pad per row, see above).
   static constexpr size_t smem_bytes(int dim) {
     const size_t srow = static_cast<size_t>(dim) + 8;
@@ -102,12 +105,12 @@ struct ChunkWalker {
   }
 };
 
-template <int DC, int RG, int NWC, int BN, int STAGES>
-__global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES>::kThreads, 1)
+template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
+__global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::kThreads, MIN_CTAS)
     decode_split_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ info,
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc,
                         float* __restrict__ lse_acc) {
-  using C = SplitCfg<DC, RG, NWC, BN, STAGES>;
+  using C = SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int dim = DC + p.d_r;
   const int srow = dim + 8;
@@ -206,7 +209,10 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES>::kThreads, 1
       for (int n = 0; n < C::kNtS; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
       const uint32_t k_addr =
           smem_u32(sKs + (wc * C::kTokPerWarp + (lane % 8) + (lane / 16) * 8) * srow + ((lane / 8) & 1) * 8);
-      for (int k0 = 0; k0 < dim; k0 += 16) {
+      const uint32_t k_addr_x2 = smem_u32(sKs + (wc * C::kTokPerWarp + (C::kNtS - 1) * 8 + (lane % 8)) * srow +
+                                          ((lane / 8) & 1) * 8);
+#pragma unroll 4
+      for (int k0 = 0; k0 < dim; k0 += 16) {  // unrolled: several ldmatrix in flight per mma chain
         uint32_t a[4];
         ldsm_x4(q_addr + k0 * 2, a);
 #pragma unroll
@@ -215,6 +221,11 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES>::kThreads, 1
           ldsm_x4(k_addr + (np * 16 * srow + k0) * 2, bb);
           mma_bf16(s_acc[2 * np], a, bb[0], bb[1]);
           mma_bf16(s_acc[2 * np + 1], a, bb[2], bb[3]);
+        }
+        if constexpr (C::kNtS % 2 == 1) {  // 8 tokens per warp: one n-tile, lanes 0-15 address it
+          uint32_t b0, b1;
+          ldsm_x2(k_addr_x2 + k0 * 2, b0, b1);
+          mma_bf16(s_acc[C::kNtS - 1], a, b0, b1);
         }
       }
 
@@ -403,10 +414,10 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
   return w;
 }
 
-template <int DC, int RG, int NWC, int BN, int STAGES>
+template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
 void launch_split(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  using C = SplitCfg<DC, RG, NWC, BN, STAGES>;
-  auto kernel = decode_split_kernel<DC, RG, NWC, BN, STAGES>;
+  using C = SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
+  auto kernel = decode_split_kernel<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
   static bool attr_set = false;  // largest supported d_r (128) sets the ceiling once
   if (!attr_set) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -421,10 +432,11 @@ void launch_split(const quant::Bf16DecodeParams& p, const Workspace& w, int row_
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   const quant::DecodeTileConfig cfg = quant::decode_tile_config(p.s_q, p.heads);
+  // Must agree with quant::decode_tile_config (rows, tile tokens, CTAs per SM).
   if (cfg.rows_per_block == 16)
-    launch_split<DC, 1, 4, 64, 2>(p, w, cfg.row_blocks, stream);  // memory-bound: 4 warps, 64-token tiles
+    launch_split<DC, 1, 4, 32, 2, 2>(p, w, cfg.row_blocks, stream);  // memory-bound: 4 warps, 2 CTAs/SM
   else
-    launch_split<DC, 4, 2, 32, 3>(p, w, cfg.row_blocks, stream);  // 8 warps, 64 rows, 32-token tiles
+    launch_split<DC, 4, 2, 32, 3, 1>(p, w, cfg.row_blocks, stream);  // 8 warps, 64 rows, 1 CTA/SM
 }
 
 }  // namespace

@@ -54,17 +54,20 @@ struct Bf16DecodeParams {
 };
 
 // Tile shape used for a given number of query rows (s_q * heads): <= 16 rows take one 16-row
-// block with 64-token tiles (memory-bound shapes); more rows take 64-row blocks with 32-token
-// tiles (compute-bound shapes; the Q block then fills shared memory).
+// block with 32-token tiles and two CTAs per SM (memory-bound shapes: two CTAs keep twice the
+// bytes in flight and overlap one CTA's math with the other's loads); more rows take 64-row
+// blocks with 32-token tiles, one CTA per SM (compute-bound shapes; the Q block then fills
+// shared memory).
 struct DecodeTileConfig {
   int rows_per_block;
   int tile_tokens;
   int row_blocks;
+  int ctas_per_sm;
 };
 MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
   const int rows = s_q * heads;
-  if (rows <= 16) return {16, 64, 1};
-  return {64, 32, (rows + 63) / 64};
+  if (rows <= 16) return {16, 32, 1, 2};
+  return {64, 32, (rows + 63) / 64, 1};
 }
 
 // Cost (in tiles) charged per (part, request) segment for query load and epilogue.
@@ -132,8 +135,8 @@ MLA_HD inline void compute_decode_schedule(const int32_t* seqlens, int batch, in
 
 // Default number of parts for a device with sm_count multiprocessors (one CTA per SM).
 inline int decode_default_parts(int sm_count, int s_q, int heads) {
-  const int rb = decode_tile_config(s_q, heads).row_blocks;
-  const int parts = sm_count / rb;
+  const DecodeTileConfig c = decode_tile_config(s_q, heads);
+  const int parts = sm_count * c.ctas_per_sm / c.row_blocks;
   return parts > 0 ? parts : 1;
 }
 
