@@ -1,0 +1,329 @@
+// mla-convert end to end on small synthetic checkpoints: read-back equals the float64
+// transform, determinism across runs and thread counts, FP8 input == dequantised twin,
+// calibration folding, FP8/absorbed output, and every refused input leaves nothing behind.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/fingerprint.hpp"
+#include "io/hdf5.hpp"
+#include "io/synthetic.hpp"
+#include "model/tpla_reference.hpp"
+#include "rank_sum.hpp"
+#include "transform/convert.hpp"
+#include "transform/shard_table.hpp"
+
+namespace mla::transform {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::max_rel;
+
+// A BF16 weight is the float64 value rounded once (8 significant bits): relative error <= 2^-8.
+constexpr double kBf16EntryTol = 1.0 / 256;
+// FP8 E4M3 (4 significant bits) with a 128x128 block scale: error <= 2^-4 of the entry for
+// normal-range entries and below that for the rest; bounded by 1/16 of the tensor's max |w|.
+constexpr double kFp8BlockTol = 1.0 / 16;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class ConvertTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("mla-convert-test-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    io::SyntheticOptions so;
+    so.model = io::synthetic_preset("tiny-v3");
+    so.experts = -1;
+    so.seed = 7;
+    so.threads = 1;
+    io::write_synthetic_checkpoint(so, root_ / "fp8");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  ConvertOptions opts(const std::string& out_name, int tp) const {
+    ConvertOptions o;
+    o.input = root_ / "fp8";
+    o.output = root_ / out_name;
+    o.tp = tp;
+    return o;
+  }
+
+  // The float64 original layer, read with the checkpoint reader (FP8 dequantised).
+  model::AttentionWeights original(const fs::path& dir, int64_t i) const {
+    const io::Checkpoint ckpt = io::Checkpoint::open(dir);
+    auto n = [&](const char* t) { return "model.layers." + std::to_string(i) + ".self_attn." + t; };
+    auto vec = [&](const std::string& name) {
+      const MatrixR m = ckpt.load_matrix(name);
+      return VectorD(Eigen::Map<const VectorD>(m.data(), m.size()));
+    };
+    model::AttentionWeights w;
+    w.q_a_proj = ckpt.load_matrix(n("q_a_proj.weight"));
+    w.q_a_layernorm = vec(n("q_a_layernorm.weight"));
+    w.q_b_proj = ckpt.load_matrix(n("q_b_proj.weight"));
+    w.kv_a_proj_with_mqa = ckpt.load_matrix(n("kv_a_proj_with_mqa.weight"));
+    w.kv_a_layernorm = vec(n("kv_a_layernorm.weight"));
+    w.kv_b_proj = ckpt.load_matrix(n("kv_b_proj.weight"));
+    w.o_proj = ckpt.load_matrix(n("o_proj.weight"));
+    return w;
+  }
+
+  // A copy of the FP8 checkpoint with every F8 weight dequantised to F32 (exact), other
+  // tensors as stored; `mutate` may edit or drop tensors.
+  void write_twin(const fs::path& out, const std::function<void(std::vector<OwnedTensor>&)>& mutate = {}) const {
+    const io::Checkpoint ckpt = io::Checkpoint::open(root_ / "fp8");
+    std::vector<OwnedTensor> ts;
+    for (const std::string& name : ckpt.tensor_names()) {
+      if (find_rule(name).kind == SplitKind::Consumed) continue;
+      const TensorView v = ckpt.raw(name);
+      if (v.dtype == DType::F8_E4M3) {
+        const std::vector<double> d = ckpt.load_f64(name);
+        ts.push_back(from_f64(name, DType::F32, v.shape, d));
+      } else {
+        ts.push_back(OwnedTensor{name, v.dtype, v.shape, std::vector<std::byte>(v.bytes.begin(), v.bytes.end())});
+      }
+    }
+    if (mutate) mutate(ts);
+    fs::create_directories(out);
+    io::write_safetensors(out / "model.safetensors", ts, {{"format", "pt"}});
+    nlohmann::json cfg = ckpt.config_json();
+    cfg.erase("quantization_config");
+    std::ofstream(out / "config.json") << cfg.dump(2);
+  }
+
+  fs::path root_;
+};
+
+TEST_F(ConvertTest, RanksReadBackAsTheFloat64TransformAndSumToTheReference) {
+  ConvertOptions o = opts("out", 2);
+  o.reparam = Reparam::Hadamard;
+  o.seed = 5;
+  o.norm = NormMode::Exact;
+  const ConvertResult res = convert_checkpoint(o);
+  ASSERT_EQ(res.ranks.size(), 2u);
+  const model::MlaConfig cfg = io::Checkpoint::open(o.input).config();
+  const TplaLayout L = TplaLayout::make(cfg, 2, 2);
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    model::AttentionWeights w = original(o.input, i);
+    const MatrixR ref = model::attention_naive(cfg, w, model::random_matrix(8, cfg.hidden_size, 1));
+    absorb_gamma(cfg, w);
+    rotate_latent(cfg, w, make_rotation(Reparam::Hadamard, cfg.kv_lora_rank, 5, nullptr, "t"));
+    std::vector<model::AttentionWeights> ranks;
+    for (int r = 0; r < 2; ++r) {
+      RankAttention ra = load_rank_attention(o.output / rank_dir_name(r, 2), i);
+      EXPECT_EQ(ra.config.num_heads, L.heads_per_rank());
+      EXPECT_EQ(ra.config.kv_lora_rank, cfg.kv_lora_rank / 2);
+      EXPECT_EQ(ra.tpla["rank"], r);
+      EXPECT_EQ(ra.tpla["norm"], "exact");
+      const model::AttentionWeights want =
+          slice_attention(cfg, w, L, r, SliceCorrections::defaults(cfg.num_heads, 2), NormMode::Exact);
+      auto close = [&](const MatrixR& got, const MatrixR& exp, const char* what) {
+        ASSERT_EQ(got.rows(), exp.rows()) << what;
+        ASSERT_EQ(got.cols(), exp.cols()) << what;
+        const double err = ((got - exp).cwiseAbs() - kBf16EntryTol * exp.cwiseAbs()).maxCoeff();
+        EXPECT_LE(err, 1e-30) << what << " rank " << r << " layer " << i;
+      };
+      close(ra.weights.kv_a_proj_with_mqa, want.kv_a_proj_with_mqa, "kv_a_proj_with_mqa");
+      close(ra.weights.kv_b_proj, want.kv_b_proj, "kv_b_proj");
+      close(ra.weights.q_b_proj, want.q_b_proj, "q_b_proj");
+      close(ra.weights.o_proj, want.o_proj, "o_proj");
+      EXPECT_EQ(ra.weights.kv_a_layernorm, want.kv_a_layernorm);
+      ranks.push_back(std::move(ra.weights));
+    }
+    const MatrixR h = model::random_matrix(8, cfg.hidden_size, 1);
+    const MatrixR sum = testing::rank_sum_attention(rank_attention_config(cfg, L), ranks, L, NormMode::Exact, h);
+    model::TplaSlicing s;
+    s.tp = 2;
+    s.groups = 2;
+    s.norm = model::TplaNorm::kExact;
+    const MatrixR oracle = model::tpla_attention(cfg, w, h, s).out;
+    std::printf("[layer %lld tp=g=2 hadamard exact] BF16 ranks vs float64 TPLA: max rel %.3e; TPLA vs original: %.3e\n",
+                static_cast<long long>(i), max_rel(sum, oracle), max_rel(oracle, ref));
+    EXPECT_LE(max_rel(sum, oracle), 0.05);
+  }
+  const nlohmann::json m = nlohmann::json::parse(slurp(o.output / "manifest.json"));
+  EXPECT_EQ(m["options"]["tp"], 2);
+  EXPECT_EQ(m["input"]["checkpoint_fingerprint"], res.fingerprint);
+  EXPECT_EQ(m["outputs"]["rank-01-of-02/model.safetensors"], io::sha256_file(o.output / "rank-01-of-02/model.safetensors"));
+}
+
+TEST_F(ConvertTest, DeterministicAcrossRunsAndThreadCounts) {
+  std::vector<fs::path> outs;
+  for (int threads : {1, 2, 3}) {
+    ConvertOptions o = opts("out" + std::to_string(threads), 4);
+    o.groups = 2;
+    o.threads = threads;
+    o.reparam = Reparam::Hadamard;
+    o.absorb = true;
+    o.max_shard_bytes = 200000;  // several shards + index
+    convert_checkpoint(o);
+    outs.push_back(o.output);
+  }
+  std::vector<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(outs[0]))
+    if (e.is_regular_file()) files.push_back(fs::relative(e.path(), outs[0]).string());
+  EXPECT_GT(files.size(), 8u);
+  for (const auto& f : files)
+    for (size_t k = 1; k < outs.size(); ++k) EXPECT_EQ(slurp(outs[0] / f), slurp(outs[k] / f)) << f;
+  EXPECT_TRUE(fs::exists(outs[0] / "rank-03-of-04" / "model.safetensors.index.json"));
+}
+
+TEST_F(ConvertTest, Fp8InputEqualsItsDequantisedTwin) {
+  write_twin(root_ / "twin");
+  ConvertOptions a = opts("a", 2), b = opts("b", 2);
+  b.input = root_ / "twin";
+  convert_checkpoint(a);
+  convert_checkpoint(b);
+  for (int r = 0; r < 2; ++r) {
+    const fs::path f = fs::path(rank_dir_name(r, 2)) / "model.safetensors";
+    EXPECT_EQ(slurp(root_ / "a" / f), slurp(root_ / "b" / f)) << f;
+  }
+}
+
+TEST_F(ConvertTest, CalibrationIsCheckedAndFolded) {
+  const io::Checkpoint ckpt = io::Checkpoint::open(root_ / "fp8");
+  const model::MlaConfig cfg = ckpt.config();
+  auto make_calib = [&](const fs::path& p, const std::string& fp) {
+    io::h5::File f = io::h5::File::create(p);
+    f.root().set_attr("schema", "mla-calib/1");
+    f.root().set_attr("checkpoint_fingerprint", fp);
+    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+      char g[32];
+      std::snprintf(g, sizeof g, "layer_%02lld", static_cast<long long>(i));
+      Eigen::HouseholderQR<MatrixR> qr(model::random_matrix(cfg.kv_lora_rank, cfg.kv_lora_rank, 40 + i));
+      const MatrixR U = qr.householderQ() * MatrixR::Identity(cfg.kv_lora_rank, cfg.kv_lora_rank);
+      const auto n = static_cast<uint64_t>(cfg.kv_lora_rank);
+      f.root().write<double>(std::string(g) + "/pca_basis", {n, n}, U.data());
+      f.root().write<double>(std::string(g) + "/g2/pca/energy_fraction", std::vector<double>{0.7, 0.3});
+      f.root().write<double>(std::string(g) + "/g2/pca/mu", std::vector<double>{1.25, 0.5});
+    }
+  };
+  ConvertOptions o = opts("pca-nocalib", 2);
+  o.reparam = Reparam::Pca;
+  EXPECT_THROW(convert_checkpoint(o), InputError);
+  EXPECT_FALSE(fs::exists(o.output));
+
+  make_calib(root_ / "wrong.h5", "0000");
+  o.calib = root_ / "wrong.h5";
+  try {
+    convert_checkpoint(o);
+    FAIL() << "fingerprint mismatch accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fingerprint"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.output));
+
+  make_calib(root_ / "calib.h5", io::fingerprint(ckpt));
+  o.calib = root_ / "calib.h5";
+  o.output = root_ / "pca";
+  convert_checkpoint(o);
+  for (int r = 0; r < 2; ++r) {
+    const RankAttention ra = load_rank_attention(o.output / rank_dir_name(r, 2), 1);
+    const double f = r == 0 ? 0.7 : 0.3, mu = r == 0 ? 1.25 : 0.5;
+    EXPECT_DOUBLE_EQ(ra.tpla["layers"][1]["kv_a_layernorm_scale"].get<double>(), std::sqrt(2 * f));
+    EXPECT_DOUBLE_EQ(ra.tpla["layers"][1]["mu"][0].get<double>(), mu);
+    EXPECT_NEAR(ra.weights.kv_a_layernorm(0), std::sqrt(2 * f), std::sqrt(2 * f) * kBf16EntryTol);
+    // W_UK rows carry mu, W_UV rows do not: compare with the unscaled float64 slice.
+    model::AttentionWeights w = original(o.input, 1);
+    absorb_gamma(cfg, w);
+    io::h5::File cf = io::h5::File::open_read(o.calib);
+    std::vector<double> U = cf.root().read<double>("layer_01/pca_basis");
+    rotate_latent(cfg, w, Eigen::Map<MatrixR>(U.data(), cfg.kv_lora_rank, cfg.kv_lora_rank));
+    const TplaLayout L = TplaLayout::make(cfg, 2, 2);
+    const MatrixR plain = slice_kv_b(cfg, w.kv_b_proj, L, r, SliceCorrections::defaults(cfg.num_heads, 2));
+    const int64_t dn = cfg.qk_nope_head_dim, per = dn + cfg.v_head_dim;
+    const MatrixR& got = ra.weights.kv_b_proj;
+    const double uk_ratio = got.topRows(dn).norm() / plain.topRows(dn).norm();
+    const double uv_ratio = got.middleRows(dn, cfg.v_head_dim).norm() / plain.middleRows(dn, cfg.v_head_dim).norm();
+    EXPECT_NEAR(uk_ratio, mu, mu * kBf16EntryTol);
+    EXPECT_NEAR(uv_ratio, 1.0, kBf16EntryTol);
+    (void)per;
+  }
+}
+
+TEST_F(ConvertTest, Fp8AndAbsorbedOutput) {
+  ConvertOptions o = opts("fp8out", 2);
+  o.out_dtype = OutDtype::FP8;
+  o.absorb = true;
+  convert_checkpoint(o);
+  const io::Checkpoint rank = io::Checkpoint::open(o.output / rank_dir_name(1, 2));
+  EXPECT_EQ(rank.raw("model.layers.0.self_attn.kv_b_proj.weight").dtype, DType::F8_E4M3);
+  EXPECT_TRUE(rank.has("model.layers.0.self_attn.kv_b_proj.weight_scale_inv"));
+  EXPECT_EQ(rank.raw("model.layers.0.self_attn.kv_a_layernorm.weight").dtype, DType::BF16);
+  const TensorView uk = rank.raw("model.layers.0.self_attn.absorbed_w_uk");
+  const model::MlaConfig cfg = rank.config();
+  EXPECT_EQ(uk.shape, (Shape{cfg.num_heads, cfg.qk_nope_head_dim, cfg.kv_lora_rank}));
+  // The FP8 kv_b_proj and the BF16 absorbed W_UK hold the same values to FP8 precision.
+  const MatrixR kvb = rank.load_matrix("model.layers.0.self_attn.kv_b_proj.weight");
+  const std::vector<double> ukv = to_f64(uk);
+  const int64_t dn = cfg.qk_nope_head_dim, dc = cfg.kv_lora_rank, per = dn + cfg.v_head_dim;
+  double worst = 0;
+  for (int64_t h = 0; h < cfg.num_heads; ++h)
+    for (int64_t i = 0; i < dn; ++i)
+      for (int64_t j = 0; j < dc; ++j)
+        worst = std::max(worst, std::fabs(kvb(h * per + i, j) - ukv[(h * dn + i) * dc + j]));
+  EXPECT_LE(worst, kFp8BlockTol * kvb.cwiseAbs().maxCoeff());
+  EXPECT_GT(worst, 0.0);  // they really are two encodings
+}
+
+TEST_F(ConvertTest, BadInputsWriteNothing) {
+  // Output is the input.
+  ConvertOptions same = opts("fp8", 2);
+  EXPECT_THROW(convert_checkpoint(same), InputError);
+  // NaN in a weight: named with its index.
+  write_twin(root_ / "nan", [](std::vector<OwnedTensor>& ts) {
+    for (auto& t : ts)
+      if (t.name == "model.layers.1.self_attn.o_proj.weight") {
+        const float nan = std::nanf("");
+        std::memcpy(t.bytes.data() + 4 * 5, &nan, 4);
+      }
+  });
+  ConvertOptions o = opts("out-nan", 2);
+  o.input = root_ / "nan";
+  o.threads = 2;
+  try {
+    convert_checkpoint(o);
+    FAIL() << "NaN accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.o_proj.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[0, 5]"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.output));
+  for (const auto& e : fs::directory_iterator(root_))  // no temporary left either
+    EXPECT_EQ(e.path().filename().string().find(".out-nan"), std::string::npos) << e.path();
+  // A missing attention tensor.
+  write_twin(root_ / "missing", [](std::vector<OwnedTensor>& ts) {
+    std::erase_if(ts, [](const OwnedTensor& t) { return t.name == "model.layers.1.self_attn.kv_b_proj.weight"; });
+  });
+  o = opts("out-missing", 2);
+  o.input = root_ / "missing";
+  try {
+    convert_checkpoint(o);
+    FAIL() << "missing tensor accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.kv_b_proj.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.output));
+  // Heads not divisible (4 heads, tp 8, g 1) and an existing output.
+  o = opts("out-div", 8);
+  o.groups = 1;
+  EXPECT_THROW(convert_checkpoint(o), InputError);
+  EXPECT_FALSE(fs::exists(o.output));
+  fs::create_directories(root_ / "exists");
+  EXPECT_THROW(convert_checkpoint(opts("exists", 2)), Error);
+}
+
+}  // namespace
+}  // namespace mla::transform
