@@ -8,7 +8,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libeigen3-dev libopenblas-dev liblapacke-dev libcli11-dev libspdlog-dev libfmt-dev
   libhdf5-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
-  clang libfuzzer-14-dev gnuplot-nox python3 python3-pip
+  clang libfuzzer-14-dev gnuplot-nox python3 python3-pip time
 )
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
