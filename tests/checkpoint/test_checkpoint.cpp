@@ -263,3 +263,32 @@ TEST(MlaWeights, LoadsDequantisedLayerFromShippedCheckpoints) {
     EXPECT_THROW(io::load_attention_weights(ckpt, c.attention_layers()), InputError);
   }
 }
+
+TEST(Synthetic, RegenerationReproducesShippedDatasets) {
+  // datasets/synthetic/README.md gives these options; a generator change that alters bytes
+  // must come with regenerated datasets.
+  struct Case {
+    const char* name;
+    io::SyntheticFormat format;
+    uint64_t shard_bytes;
+  };
+  for (const Case& k : {Case{"tiny-v3", io::SyntheticFormat::FP8, static_cast<uint64_t>(0.3 * 1024 * 1024)},
+                        Case{"tiny-v2", io::SyntheticFormat::BF16, 5ull << 30}}) {
+    io::SyntheticOptions o;
+    o.model = io::synthetic_preset(k.name);
+    o.format = k.format;
+    o.experts = -1;
+    o.seed = 2024;
+    o.max_shard_bytes = k.shard_bytes;
+    const fs::path out = fresh_dir(std::string("regen-") + k.name) / "ckpt";
+    io::write_synthetic_checkpoint(o, out);
+    const fs::path shipped = fs::path(MLA_SOURCE_DIR) / "datasets/synthetic" / k.name;
+    size_t files = 0;
+    for (const auto& e : fs::directory_iterator(shipped)) {
+      if (e.path().extension() == ".md") continue;
+      ++files;
+      EXPECT_EQ(slurp(e.path()), slurp(out / e.path().filename())) << k.name << "/" << e.path().filename();
+    }
+    EXPECT_EQ(files, static_cast<size_t>(std::distance(fs::directory_iterator(out), fs::directory_iterator())));
+  }
+}

@@ -60,6 +60,7 @@ TEST(Config, DeepSeekV2Lite) {
   EXPECT_EQ(c.yarn->original_max_position_embeddings, 4096);
   EXPECT_TRUE(c.rope_interleave);  // default: no rope_interleave key in the published config
   EXPECT_NEAR(c.softmax_scale(), expected_scale(192, 0.707, 40), 1e-15);
+  EXPECT_NEAR(c.softmax_scale(), 0.11472138679292612, 1e-12);  // python, independently
 }
 
 TEST(Config, DeepSeekV3) {
@@ -91,6 +92,7 @@ TEST(Config, KimiK2) {
   EXPECT_DOUBLE_EQ(c.yarn->factor, 32.0);
   EXPECT_DOUBLE_EQ(c.yarn->beta_fast, 1.0);
   EXPECT_NEAR(c.softmax_scale(), expected_scale(192, 1.0, 32), 1e-15);
+  EXPECT_NEAR(c.softmax_scale(), 0.13086079996295008, 1e-12);  // python, independently
 }
 
 TEST(Config, RopeParametersMatchesTopLevelForm) {
