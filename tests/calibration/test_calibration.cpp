@@ -1,0 +1,204 @@
+// Known answers of mla-calibrate (issue 5): Hadamard f_k on isotropic data, PCA on a known
+// covariance, the FP4 constant on Gaussian groups, determinism, and the input errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "calibration/calibrate.hpp"
+#include "calibration/synthetic.hpp"
+#include "core/error.hpp"
+#include "io/hdf5.hpp"
+
+using namespace mla;
+using namespace mla::calib;
+namespace fs = std::filesystem;
+
+namespace {
+constexpr double kIsotropicTol = 0.01;  // issue: f_k within 1% of 1/g
+
+fs::path tmpdir() {
+  const fs::path d = fs::temp_directory_path() / ("mla_calib_test_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+model::MlaConfig cfg64() {  // d_c = 64 so the latent statistics are cheap but not trivial
+  model::MlaConfig c = model::tiny_v2_config();
+  c.kv_lora_rank = 64;
+  return c;
+}
+
+WeightsProvider gamma_one(const model::MlaConfig& cfg) {
+  return [cfg](int64_t) {
+    model::AttentionWeights w;
+    w.kv_a_layernorm = VectorD::Ones(cfg.kv_lora_rank);
+    w.kv_b_proj = MatrixR::Zero(cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank);
+    return w;
+  };
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+}  // namespace
+
+TEST(Calibration, HadamardEnergyFractionsAreUniformOnIsotropicData) {
+  const auto cfg = cfg64();
+  const fs::path cap = tmpdir() / "iso.h5";
+  SyntheticCaptureSpec spec;
+  spec.sequences = 40; spec.seq_len = 512;
+  write_synthetic_capture(cap.string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {cap.string()};
+  const auto r = calibrate(cfg, gamma_one(cfg), "fp", opt);
+  ASSERT_EQ(r.layers.size(), 1u);
+  for (int g : {2, 4, 8}) {
+    const auto& f = r.layers[0].slices.at(g).at("hadamard").f;
+    double sum = 0;
+    for (double v : f) { EXPECT_NEAR(v, 1.0 / g, kIsotropicTol / g) << "g=" << g; sum += v; }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+  }
+  EXPECT_FALSE(r.layers[0].have_pairs);  // latent capture: no queries
+}
+
+TEST(Calibration, PcaRecoversKnownDiagonalCovariance) {
+  const auto cfg = cfg64();
+  const fs::path cap = tmpdir() / "aniso.h5";
+  SyntheticCaptureSpec spec;
+  spec.sequences = 20; spec.seq_len = 256;
+  // Channel scales in a scrambled order: PCA must sort them (descending) back.
+  std::vector<double> sc(64);
+  for (int i = 0; i < 64; ++i) sc[(i * 37) % 64] = std::pow(0.9, i);
+  spec.channel_scale = sc;
+  write_synthetic_capture(cap.string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {cap.string()};
+  const auto r = calibrate(cfg, gamma_one(cfg), "fp", opt);
+  const auto& L = r.layers[0];
+  for (int i = 0; i < 64; ++i) {
+    // The i-th principal axis is the channel with the i-th largest scale.
+    const int ch = (i * 37) % 64;
+    EXPECT_GT(std::fabs(L.pca_basis(ch, i)), 0.95) << "axis " << i;
+    if (i) EXPECT_LE(L.eigenvalues[i], L.eigenvalues[i - 1]);
+  }
+  // PCA puts more energy in the first slice than the identity basis does.
+  EXPECT_GT(L.slices.at(2).at("pca").f[0], L.slices.at(2).at("identity").f[0] + 0.1);
+  EXPECT_GT(L.slices.at(2).at("pca").f_holdout[0], 0.5);
+}
+
+TEST(Calibration, Fp4ConstantOnGaussianGroups) {
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(32 * 4096);
+  for (auto& v : x) v = nd(rng);
+  const auto f = fit_fp4_constant(x);
+  EXPECT_NEAR(f.c_continuous, 0.16, 0.012);
+  EXPECT_GT(std::fabs(f.c_rounded - f.c_continuous), 0.005);
+  EXPECT_LT(f.mse_rounded, f.mse_rounded_paper);
+  EXPECT_LE(f.mse_continuous, f.mse_rounded);  // the rounded scale is a constrained version
+}
+
+TEST(Calibration, HiddenCaptureGivesMuR2AndFp8StudyAndIsDeterministic) {
+  const auto cfg = model::tiny_v2_config();
+  const auto w = model::random_attention_weights(cfg, 5);
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 10; spec.seq_len = 64; spec.latent = false;
+  write_synthetic_capture((dir / "h.h5").string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {(dir / "h.h5").string()};
+  opt.mu_per_head = true;
+  const auto r = calibrate(cfg, [&](int64_t) { return w; }, "fp", opt);
+  const auto& L = r.layers[0];
+  ASSERT_TRUE(L.have_pairs);
+  EXPECT_GT(L.pairs_holdout, 0);
+  // identity/pca slices of a full-rank latent: mu finite, held-out R^2 <= 1.
+  for (const auto& b : basis_names()) {
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_TRUE(std::isfinite(L.slices.at(2).at(b).mu[k]));
+      EXPECT_LE(L.slices.at(2).at(b).r2[k], 1.0);
+    }
+  }
+  ASSERT_EQ(L.fp8.size(), 5u);
+  for (const auto& [n, m] : L.fp8) {
+    EXPECT_GT(m.rel_l2, 0.0) << n;   // FP8 is lossy
+    EXPECT_LT(m.rel_l2, 0.2) << n;
+  }
+  write_calib_h5(r, (dir / "a.h5").string());
+  const auto r2 = calibrate(cfg, [&](int64_t) { return w; }, "fp", opt);
+  write_calib_h5(r2, (dir / "b.h5").string());
+  EXPECT_EQ(slurp(dir / "a.h5"), slurp(dir / "b.h5"));
+  EXPECT_FALSE(fs::exists(dir / "a.h5.tmp"));
+  auto f = io::h5::File::open_read(dir / "a.h5");
+  EXPECT_EQ(f.root().attr_string("schema"), "mla-calib/1");
+  EXPECT_EQ(f.root().attr_int("hadamard_seed"), static_cast<int64_t>(opt.hadamard_seed));
+  io::h5::Dims d;
+  f.root().read<double>("layer_00/g4/pca/energy_fraction", &d);
+  EXPECT_EQ(d, io::h5::Dims{4});
+}
+
+TEST(Calibration, ClearErrors) {
+  const auto cfg = cfg64();
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 4; spec.seq_len = 16;
+  write_synthetic_capture((dir / "few.h5").string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {(dir / "few.h5").string()};
+  // 48 fitting tokens < 4 * 64.
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("4 x d_c"), std::string::npos); }
+  // Layer count mismatch.
+  spec.num_layers = 3;
+  write_synthetic_capture((dir / "l3.h5").string(), cfg, spec);
+  opt.captures = {(dir / "l3.h5").string()};
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("num_layers = 3"), std::string::npos); }
+  // Width mismatch: a capture made for d_c = 32 read as d_c = 64.
+  spec.num_layers = 1;
+  write_synthetic_capture((dir / "w.h5").string(), model::tiny_v2_config(), spec);
+  opt.captures = {(dir / "w.h5").string()};
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("latent has shape [4, 16, 32]"), std::string::npos) << e.what(); }
+  // A NaN in layer 0, sequence 2, token 5.
+  {
+  }
+  {
+    // Rewrite one row with a NaN through a fresh file built the same way.
+    auto f = io::h5::File::create(dir / "nan2.h5");
+    auto& r = f.root();
+    r.set_attr("schema", "mla-capture/1");
+    r.set_attr("num_layers", int64_t{1});
+    r.set_attr("hidden_size", cfg.hidden_size);
+    std::vector<int32_t> tok(4 * 16, 1);
+    r.write<int32_t>("calib/tokens", {4, 16}, tok.data());
+    std::vector<float> lat(4 * 16 * 64, 1.0f), kpe(4 * 16 * 8, 0.0f);
+    lat[(2 * 16 + 5) * 64 + 7] = NAN;
+    r.write<float>("calib/layer_00/latent", {4, 16, 64}, lat.data());
+    r.write<float>("calib/layer_00/k_pe", {4, 16, 8}, kpe.data());
+  }
+  opt.captures = {(dir / "nan2.h5").string()};
+  opt.allow_few_tokens = true;
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer_00/latent sequence 2 token 5"), std::string::npos) << m;
+    EXPECT_NE(m.find("NaN"), std::string::npos) << m;
+  }
+  // Empty capture.
+  {
+    auto f = io::h5::File::create(dir / "empty.h5");
+    auto& r = f.root();
+    r.set_attr("schema", "mla-capture/1");
+    r.set_attr("num_layers", int64_t{1});
+    r.set_attr("hidden_size", cfg.hidden_size);
+    r.write<int32_t>("calib/tokens", {0, 16}, static_cast<const int32_t*>(nullptr));
+  }
+  opt.captures = {(dir / "empty.h5").string()};
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what(); }
+}
