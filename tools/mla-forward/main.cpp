@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Float64 dense forward of small dense MLA models: held-out perplexity and HDF5 activation captures"};
   mla::cli::CommonOptions common;
   app.require_subcommand(1);
+  app.fallthrough();  // -q, --json, ... may follow the subcommand
   PerplexityOptions p;
   auto* ppl = app.add_subcommand("perplexity", "Bits per byte over non-overlapping windows of a byte file");
   ppl->add_option("model", p.model, "Checkpoint directory (e.g. datasets/tiny-v3)")->required();
