@@ -292,3 +292,24 @@ TEST(Synthetic, RegenerationReproducesShippedDatasets) {
     EXPECT_EQ(files, static_cast<size_t>(std::distance(fs::directory_iterator(out), fs::directory_iterator())));
   }
 }
+
+TEST(PythonCrossCheck, Fp8DequantMatchesNumpyOnShippedTinyV3) {
+  // Figures from tests/checkpoint/python_dequant_reference.py (numpy, its own header parsing
+  // and E4M3 decoding). Dequantisation is exact, so only summation order differs.
+  struct Ref {
+    const char* name;
+    double sum, sumsq, last, at_130_7;
+  };
+  const auto ckpt = io::Checkpoint::open(fs::path(MLA_SOURCE_DIR) / "datasets/synthetic/tiny-v3");
+  for (const Ref& r : {Ref{"model.layers.1.self_attn.kv_a_proj_with_mqa.weight", -1.2254470374693938,
+                           159.43476956855065, -0.06921978667378426, -0.03831747663207352},
+                       Ref{"model.layers.0.self_attn.kv_b_proj.weight", 22.9729263271945, 255.01709000900917,
+                           -0.025256916414946318, 0.03030829969793558}}) {
+    const MatrixR w = ckpt.load_matrix(r.name);
+    constexpr double kSumTol = 1e-12;  // relative, summation order only
+    EXPECT_NEAR(w.sum(), r.sum, kSumTol * w.cwiseAbs().sum()) << r.name;
+    EXPECT_NEAR(w.squaredNorm(), r.sumsq, kSumTol * r.sumsq) << r.name;
+    EXPECT_EQ(w(w.rows() - 1, w.cols() - 1), r.last) << r.name;  // single elements: exact
+    EXPECT_EQ(w(130 % w.rows(), 7), r.at_130_7) << r.name;
+  }
+}
