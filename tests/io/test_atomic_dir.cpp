@@ -12,9 +12,16 @@ using mla::io::AtomicDirectory;
 
 namespace {
 
+// a + b, appended: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
+std::string join(std::string_view a, std::string_view b) {
+  std::string s(a);
+  s += b;
+  return s;
+}
+
 struct Scratch {
   fs::path root = fs::temp_directory_path() /
-                  ("mla_atomic_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
+                  (join("mla_atomic_", ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
                    "_" + std::to_string(::getpid()));
   Scratch() {
     fs::remove_all(root);
