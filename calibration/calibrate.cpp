@@ -213,7 +213,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
               const int64_t wd = dc / g;
               const auto& f = L.slices[g][b].f;
               for (int k = 0; k < g; ++k) {
-                const double gain = std::sqrt(g * f[k]);
+                const double gain = std::sqrt(std::max(0.0, g * f[k]));  // f_k ~ -1e-17 on empty slices
                 for (int64_t t = 0; t < T; ++t) {
                   const auto seg = ub[b].row(t).segment(k * wd, wd);
                   const double r = std::sqrt(seg.squaredNorm() / static_cast<double>(wd) + cfg.rms_norm_eps);
