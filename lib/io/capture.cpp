@@ -108,7 +108,7 @@ void write_dense_capture(const model::DenseModel& m, const CaptureMeta& meta, co
   const int64_t L = m.cfg.num_hidden_layers, D = m.cfg.hidden_size, V = m.cfg.vocab_size;
   std::filesystem::path dir = out.parent_path();
   if (dir.empty()) dir = ".";
-  const std::filesystem::path tmp = dir / ("." + out.filename().string() + ".tmp" + std::to_string(::getpid()));
+  const std::filesystem::path tmp = dir / (std::string(".") + out.filename().string() + ".tmp" + std::to_string(::getpid()));
   try {
     {
       h5::File file = h5::File::create(tmp);
