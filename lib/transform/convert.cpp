@@ -327,6 +327,11 @@ void write_encoded(Writers& w, int rank, const std::string& name, const EncodedT
   if (!e.scale_inv.empty()) w.ranks[rank]->write(name + "_scale_inv", e.scale_inv);
 }
 
+std::mutex& big_unit_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 void run_simple(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, const Unit& u, Writers& w) {
   const TensorView v = ckpt.raw(u.name);
   const SourceTensor src(u.name, v, scale_of(ckpt, u.name));
@@ -338,12 +343,20 @@ void run_simple(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions&
     const Slice2D s = simple_slice(u.name, v.shape, *u.rule, p.layout, r, u.per_head);
     by_slice[{s.rows.begin, s.rows.end, s.cols.begin, s.cols.end}].push_back(r);
   }
+  // A slice bigger than kBigSlice holds the big-unit lock: at most one is in memory at a time.
+  constexpr uint64_t kBigSlice = 256ull << 20;
+  std::unique_lock<std::mutex> big(big_unit_mutex(), std::defer_lock);
+  const bool disjoint_rows = u.rule->kind == SplitKind::Column || by_slice.size() == 1;
   for (const auto& [key, ranks] : by_slice) {
-    const int64_t r0 = key[0], c0 = key[2], c1 = key[3], ncols = c1 - c0;
-    const EncodedTensor e = encode_rows(u.name, dt, key[1] - r0, ncols, [&](int64_t a, int64_t b, double* out) {
-      for (int64_t r = a; r < b; ++r) src.read_row(r0 + r, c0, c1, out + (r - a) * ncols);
-    });
-    for (int r : ranks) write_encoded(w, r, u.name, e);
+    const int64_t r0 = key[0], r1 = key[1], c0 = key[2], c1 = key[3], ncols = c1 - c0;
+    if (static_cast<uint64_t>((r1 - r0) * ncols) * 4 > kBigSlice && !big.owns_lock()) big.lock();
+    std::optional<EncodedTensor> e = encode_slice_fast(src, r0, r1, c0, c1, dt);
+    if (!e)
+      e = encode_rows(u.name, dt, r1 - r0, ncols, [&](int64_t a, int64_t b, double* out) {
+        for (int64_t r = a; r < b; ++r) src.read_row(r0 + r, c0, c1, out + (r - a) * ncols);
+      });
+    if (disjoint_rows) src.release_rows(r0, r1);  // these input rows are not read again
+    for (int r : ranks) write_encoded(w, r, u.name, *e);
   }
   src.release_pages();
 }

@@ -102,17 +102,93 @@ MatrixR SourceTensor::read_matrix() const {
   return m;
 }
 
-void SourceTensor::release_pages() const {
+namespace {
+// Only whole pages inside the span: neighbours' pages stay mapped.
+void drop_pages(std::span<const std::byte> b) {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  auto drop = [](std::span<const std::byte> b) {
-    if (b.empty()) return;
-    // Only whole pages inside the tensor: neighbours' pages stay mapped.
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(b.data()) + page - 1) & ~(page - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(b.data()) + b.size()) & ~(page - 1);
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  };
-  drop(weight_.bytes);
-  if (scale_) drop(scale_->bytes);
+  if (b.empty()) return;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(b.data()) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(b.data()) + b.size()) & ~(page - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+}  // namespace
+
+void SourceTensor::release_pages() const {
+  drop_pages(weight_.bytes);
+  if (scale_) drop_pages(scale_->bytes);
+}
+
+void SourceTensor::release_rows(int64_t r0, int64_t r1) const {
+  const size_t row_bytes = static_cast<size_t>(cols() * dtype_bits(weight_.dtype) / 8);
+  drop_pages(weight_.bytes.subspan(static_cast<size_t>(r0) * row_bytes, static_cast<size_t>(r1 - r0) * row_bytes));
+}
+
+std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t r0, int64_t r1, int64_t c0,
+                                               int64_t c1, DType dtype) {
+  const DType in = src.dtype();
+  const int64_t ncols = c1 - c0, cols = src.cols();
+  const bool is2d = src.shape().size() == 2;
+  const std::byte* data = src.weight().bytes.data();
+  EncodedTensor out;
+  if ((in == DType::BF16 && dtype == DType::BF16) || (in == DType::F32 && dtype == DType::F32)) {
+    const size_t eb = in == DType::BF16 ? 2 : 4;
+    out.weight.resize(static_cast<size_t>((r1 - r0) * ncols) * eb);
+    for (int64_t r = r0; r < r1; ++r) {
+      std::byte* dst = out.weight.data() + static_cast<size_t>((r - r0) * ncols) * eb;
+      std::memcpy(dst, data + static_cast<size_t>(r * cols + c0) * eb, static_cast<size_t>(ncols) * eb);
+      for (int64_t c = 0; c < ncols; ++c) {
+        bool bad;
+        if (eb == 2) {
+          uint16_t b;
+          std::memcpy(&b, dst + 2 * c, 2);
+          bad = (b & 0x7F80u) == 0x7F80u;  // exponent all ones: inf or nan
+        } else {
+          uint32_t b;
+          std::memcpy(&b, dst + 4 * c, 4);
+          bad = (b & 0x7F800000u) == 0x7F800000u;
+        }
+        if (bad) {
+          double v;
+          src.read_row(r, c0 + c, c0 + c + 1, &v);  // throws the named error
+        }
+      }
+    }
+    return out;
+  }
+  if (in == DType::F8_E4M3 && dtype == DType::BF16) {
+    const auto& table = e4m3_values();
+    const int64_t bs = io::kFp8BlockSize, bc = (cols + bs - 1) / bs;
+    const std::byte* scales = src.scale()->bytes.data();
+    out.weight.resize(static_cast<size_t>((r1 - r0) * ncols) * 2);
+    std::vector<uint16_t> lut(static_cast<size_t>(bc) * 256);
+    int64_t lut_block_row = -1;
+    const auto* q = reinterpret_cast<const uint8_t*>(data);
+    for (int64_t r = r0; r < r1; ++r) {
+      if (r / bs != lut_block_row) {
+        lut_block_row = r / bs;
+        for (int64_t b = c0 / bs; b <= (c1 - 1) / bs; ++b) {
+          float s;
+          std::memcpy(&s, scales + (lut_block_row * bc + b) * 4, 4);
+          if (!std::isfinite(s)) return std::nullopt;  // the generic path names the element
+          for (int i = 0; i < 256; ++i) lut[b * 256 + i] = fast_double_to_bf16(table[i] * static_cast<double>(s));
+        }
+      }
+      auto* dst = reinterpret_cast<uint16_t*>(out.weight.data()) + (r - r0) * ncols;
+      const uint8_t* row = q + r * cols;
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint8_t code = row[c];
+        if ((code & 0x7F) == 0x7F) {  // E4M3 NaN
+          double v;
+          src.read_row(r, c, c + 1, &v);
+        }
+        uint16_t b = lut[(c / bs) * 256 + code];
+        std::memcpy(dst + (c - c0), &b, 2);
+      }
+    }
+    (void)is2d;
+    return out;
+  }
+  return std::nullopt;
 }
 
 uint16_t fast_double_to_bf16(double v) {

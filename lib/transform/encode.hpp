@@ -29,6 +29,10 @@ class SourceTensor {
   // Tells the kernel the mapped pages are no longer needed, so resident memory stays a few
   // tensors (the file pages stay in the page cache).
   void release_pages() const;
+  // The same for rows [r0, r1) only (whole pages inside them), for row-disjoint slices.
+  void release_rows(int64_t r0, int64_t r1) const;
+  const TensorView& weight() const { return weight_; }
+  const std::optional<TensorView>& scale() const { return scale_; }
 
  private:
   std::string name_;
@@ -52,5 +56,13 @@ struct EncodedTensor {
 // io::quantize_fp8_block on 128-row bands (identical to quantising the whole matrix).
 EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src);
 RowSource matrix_rows(const MatrixR& m);
+
+// Fast exact paths for the slice [rows) x [cols) of `src` encoded into `dtype`: BF16 -> BF16 and
+// F32 -> F32 (byte copies plus a finite check on the bits), and F8_E4M3 -> BF16 (a 256-entry
+// table per 128x128 block: the same double product and rounding as the generic path, so the
+// bytes are identical). Returns std::nullopt when there is no fast path for the pair.
+// Non-finite values throw the same InputError as SourceTensor::read_row.
+std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t r0, int64_t r1, int64_t c0,
+                                               int64_t c1, DType dtype);
 
 }  // namespace mla::transform
