@@ -1,0 +1,484 @@
+#include "verify/verify_decode.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/fingerprint.hpp"
+#include "io/hdf5.hpp"
+#include "io/mla_weights.hpp"
+#include "model/attention_reference.hpp"
+#include "model/dense_forward.hpp"
+#include "model/rmsnorm.hpp"
+#include "transform/convert.hpp"
+#include "verify/decode_backend.hpp"
+
+namespace mla::verify {
+namespace fs = std::filesystem;
+using model::AttentionWeights;
+using model::MlaConfig;
+
+namespace {
+
+// Page-table entries past a sequence's pages: a value no kernel may dereference.
+constexpr int32_t kPageSentinel = 1 << 30;
+
+struct LayerContext {
+  int64_t layer = 0;
+  MlaConfig cfg;                     // the original model's
+  AttentionWeights original;         // float64, original checkpoint
+  std::vector<transform::RankAttention> ranks;
+  std::vector<int> group_of;         // per rank
+  int tp = 1, g = 1;
+  bool exact_norm = false;
+};
+
+struct ConvertedOutputs {
+  std::vector<MatrixR> kernel;  // per sequence [T, D]
+  std::vector<MatrixR> f64;     // per sequence [T, D]
+};
+
+std::string layer_name(int64_t i) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "layer_%02lld", static_cast<long long>(i));
+  return buf;
+}
+
+// The converted TPLA decode of one layer for a batch of sequences h[b] [P + T, D].
+ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>& h, int64_t P, int64_t T,
+                               DecodeBackend& backend, int page_size, uint64_t seed) {
+  const int64_t B = static_cast<int64_t>(h.size());
+  const int64_t D = L.cfg.hidden_size;
+  const int64_t n_tok = P + T;
+  const double eps = L.cfg.rms_norm_eps;
+  ConvertedOutputs out;
+  out.kernel.assign(B, MatrixR::Zero(T, D));
+  out.f64.assign(B, MatrixR::Zero(T, D));
+
+  // Per rank and sequence: its latent slice c_k, k_pe, and absorbed queries (mu folded in).
+  struct RankSeq {
+    MatrixR c, x_local, k_pe, q_lat, q_pe;
+  };
+  std::vector<std::vector<RankSeq>> rs(L.tp, std::vector<RankSeq>(B));
+  for (int r = 0; r < L.tp; ++r) {
+    const auto& cfg_r = L.ranks[r].config;
+    const auto& w_r = L.ranks[r].weights;
+    for (int64_t b = 0; b < B; ++b) {
+      RankSeq& s = rs[r][b];
+      model::LatentCache lc = model::compute_latent(cfg_r, w_r, h[b], 0, &s.c);
+      s.x_local = std::move(lc.x);
+      s.k_pe = std::move(lc.k_pe);
+      model::QueryParts q = model::project_queries(cfg_r, w_r, h[b], 0);
+      s.q_lat = model::absorb_queries(cfg_r, w_r, q.q_nope);
+      s.q_pe = std::move(q.q_pe);
+    }
+  }
+  // Exact global rms per token from one rank of each group (the all-reduced sum of squares).
+  std::vector<int> group_rep(L.g, -1);
+  for (int r = 0; r < L.tp; ++r)
+    if (group_rep[L.group_of[r]] < 0) group_rep[L.group_of[r]] = r;
+  const int64_t d_c_global = L.cfg.kv_lora_rank;
+  std::vector<VectorD> rms_global(B, VectorD::Zero(n_tok));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int k = 0; k < L.g; ++k) rms_global[b] += rs[group_rep[k]][b].c.rowwise().squaredNorm();
+    rms_global[b] = (rms_global[b] / static_cast<double>(d_c_global)).array().unaryExpr([&](double v) {
+      return std::sqrt(v + eps);
+    });
+  }
+
+  const int64_t pages_per_seq = (n_tok + page_size - 1) / page_size;
+  for (int r = 0; r < L.tp; ++r) {
+    const auto& cfg_r = L.ranks[r].config;
+    const auto& w_r = L.ranks[r].weights;
+    const int64_t H_r = cfg_r.num_heads, d_c = cfg_r.kv_lora_rank, d_r = cfg_r.qk_rope_head_dim;
+    const int64_t dim = d_c + d_r;
+    const double scale = cfg_r.softmax_scale();
+
+    // Cache rows: prompt rows hold the exact global x (PD separation), decoded rows the
+    // rank's own normalisation (approx) or the all-reduced one (exact).
+    std::vector<MatrixR> X(B);
+    for (int64_t b = 0; b < B; ++b) {
+      const RankSeq& s = rs[r][b];
+      X[b].resize(n_tok, d_c);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        if (t < P) {
+          X[b].row(t) = s.c.row(t) / rms_global[b](t);
+        } else if (L.exact_norm) {
+          X[b].row(t) = (s.c.row(t) / rms_global[b](t)).cwiseProduct(w_r.kv_a_layernorm.transpose());
+        } else {
+          X[b].row(t) = s.x_local.row(t);
+        }
+      }
+    }
+
+    // ---- kernel path: paged bf16 cache, random page placement, sentinel past the end ----
+    CacheShape shape;
+    shape.batch = static_cast<int>(B);
+    shape.page_size = page_size;
+    shape.max_pages = static_cast<int>(pages_per_seq + 1);
+    shape.num_pages = static_cast<int>(B * pages_per_seq + 3);  // a few never-used (poisoned) pages
+    shape.dim = static_cast<int>(dim);
+    std::vector<int32_t> perm(shape.num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 rng(seed + 7919 * static_cast<uint64_t>(r));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> table(size_t(B) * shape.max_pages, kPageSentinel);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t p = 0; p < pages_per_seq; ++p) table[b * shape.max_pages + p] = perm[b * pages_per_seq + p];
+    const int cache = backend.create_cache(shape, table);
+
+    auto pack_rows = [&](int64_t t0, int64_t n) {
+      std::vector<uint16_t> kv(size_t(B) * n * dim);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < n; ++i) {
+          uint16_t* row = kv.data() + (b * n + i) * dim;
+          for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(X[b](t0 + i, j));
+          for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].k_pe(t0 + i, j));
+        }
+      return kv;
+    };
+    if (P > 0) backend.append(cache, pack_rows(0, P), static_cast<int>(P), std::vector<int32_t>(B, 0));
+
+    std::vector<uint16_t> q(size_t(B) * H_r * dim), o_bits;
+    std::vector<float> lse;
+    for (int64_t t = P; t < n_tok; ++t) {
+      backend.append(cache, pack_rows(t, 1), 1, std::vector<int32_t>(B, static_cast<int32_t>(t)));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t hh = 0; hh < H_r; ++hh) {
+          uint16_t* row = q.data() + (b * H_r + hh) * dim;
+          for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(rs[r][b].q_lat(t, hh * d_c + j));
+          for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].q_pe(t, hh * d_r + j));
+        }
+      backend.decode(cache, q, static_cast<int>(H_r), static_cast<int>(d_c), static_cast<int>(d_r),
+                     std::vector<int32_t>(B, static_cast<int32_t>(t + 1)), static_cast<float>(scale), o_bits, lse);
+      for (int64_t b = 0; b < B; ++b) {
+        MatrixR o_lat(1, H_r * d_c);
+        for (int64_t j = 0; j < H_r * d_c; ++j) o_lat(0, j) = bf16_to_float(o_bits[b * H_r * d_c + j]);
+        const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
+        out.kernel[b].row(t - P) += o * w_r.o_proj.transpose();
+      }
+    }
+
+    // ---- float64 path: the same computation without bf16 or kernels ----
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = P; t < n_tok; ++t) {
+        model::LatentCache c;
+        c.x = X[b].topRows(t + 1);
+        c.k_pe = rs[r][b].k_pe.topRows(t + 1);
+        const MatrixR q_lat = Eigen::Map<const MatrixR>(rs[r][b].q_lat.row(t).data(), H_r, d_c);
+        const MatrixR q_pe = Eigen::Map<const MatrixR>(rs[r][b].q_pe.row(t).data(), H_r, d_r);
+        const model::DecodeCoreResult core = model::absorbed_decode_core(q_lat, q_pe, c, scale);
+        const MatrixR o_lat = Eigen::Map<const MatrixR>(core.o_lat.data(), 1, H_r * d_c);
+        const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
+        out.f64[b].row(t - P) += o * w_r.o_proj.transpose();
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> flatten(const std::vector<MatrixR>& ms) {
+  std::vector<double> v;
+  for (const auto& m : ms) v.insert(v.end(), m.data(), m.data() + m.size());
+  return v;
+}
+
+LayerContext load_layer(const io::Checkpoint& orig, const fs::path& converted, int tp, int64_t layer,
+                        const AttentionWeights* original_weights) {
+  LayerContext L;
+  L.layer = layer;
+  L.cfg = orig.config();
+  L.original = original_weights ? *original_weights : io::load_attention_weights(orig, layer);
+  L.tp = tp;
+  for (int r = 0; r < tp; ++r) {
+    L.ranks.push_back(transform::load_rank_attention(converted / transform::rank_dir_name(r, tp), layer));
+    const auto& t = L.ranks.back().tpla;
+    L.group_of.push_back(t.at("group").get<int>());
+    L.g = t.at("g").get<int>();
+    L.exact_norm = t.at("norm").get<std::string>() == "exact";
+  }
+  return L;
+}
+
+int detect_tp(const fs::path& converted) {
+  const fs::path manifest = converted / "manifest.json";
+  if (!fs::exists(manifest)) throw InputError(converted.string() + ": no manifest.json (not an mla-convert output?)");
+  std::ifstream in(manifest);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw InputError(manifest.string() + ": not valid JSON: " + e.what());
+  }
+  if (!j.contains("ranks") || !j["ranks"].is_number_integer())
+    throw InputError(manifest.string() + ": field 'ranks' missing or not an integer");
+  return j["ranks"].get<int>();
+}
+
+std::vector<MatrixR> read_sequences(const io::h5::Group& g, const std::string& dataset, int64_t n_seq, int64_t n_tok,
+                                    int64_t width) {
+  const io::h5::Dataset ds = g.open(dataset);
+  const io::h5::Dims d = ds.dims();
+  if (d.size() != 3 || static_cast<int64_t>(d[2]) != width)
+    throw InputError(g.file() + ": " + ds.path() + ": expected [S, T, " + std::to_string(width) + "], got rank " +
+                     std::to_string(d.size()) + (d.size() == 3 ? " width " + std::to_string(d[2]) : ""));
+  if (static_cast<int64_t>(d[0]) < n_seq)
+    throw InputError(g.file() + ": " + ds.path() + ": has " + std::to_string(d[0]) + " sequences, --sequences asks " +
+                     std::to_string(n_seq));
+  if (static_cast<int64_t>(d[1]) < n_tok)
+    throw InputError(g.file() + ": " + ds.path() + ": sequences have " + std::to_string(d[1]) +
+                     " tokens, --prefill + --decode need " + std::to_string(n_tok));
+  std::vector<MatrixR> out;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const std::vector<double> row = ds.read_rows<double>(s, 1);
+    MatrixR m = Eigen::Map<const MatrixR>(row.data(), static_cast<int64_t>(d[1]), width).topRows(n_tok);
+    if (!m.allFinite()) throw InputError(g.file() + ": " + ds.path() + ": sequence " + std::to_string(s) + " has NaN/Inf");
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// Per-row relative L2 of y vs r over the batch: the worst (sequence, token).
+void worst_row(const std::vector<MatrixR>& y, const std::vector<MatrixR>& r, LayerReport& rep) {
+  for (size_t b = 0; b < y.size(); ++b)
+    for (int64_t t = 0; t < y[b].rows(); ++t) {
+      const double denom = r[b].row(t).norm();
+      const double e = (y[b].row(t) - r[b].row(t)).norm() / (denom > 0 ? denom : 1.0);
+      if (e > rep.worst_row_rel_l2 || rep.worst_sequence < 0) {
+        rep.worst_row_rel_l2 = e;
+        rep.worst_sequence = static_cast<int64_t>(b);
+        rep.worst_token = t;
+      }
+    }
+}
+
+double bits_per_byte(double nll_nats, int64_t count) { return count ? nll_nats / std::log(2.0) / count : 0.0; }
+
+double nll_rows(const MatrixR& logits, const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t* count) {
+  double s = 0.0;
+  for (int64_t t = from; t + 1 < to; ++t) {
+    const double m = logits.row(t).maxCoeff();
+    const double lse = m + std::log((logits.row(t).array() - m).exp().sum());
+    s += lse - logits(t, tokens[t + 1]);
+    ++*count;
+  }
+  return s;
+}
+
+}  // namespace
+
+void check_manifest(const fs::path& converted, const fs::path& original) {
+  const fs::path mpath = converted / "manifest.json";
+  std::ifstream in(mpath);
+  if (!in) throw InputError(mpath.string() + ": cannot open");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw InputError(mpath.string() + ": not valid JSON: " + e.what());
+  }
+  if (!m.contains("outputs") || !m["outputs"].is_object() || m["outputs"].empty())
+    throw InputError(mpath.string() + ": field 'outputs' missing or empty");
+  for (const auto& [rel, sha] : m["outputs"].items()) {
+    const fs::path f = converted / rel;
+    if (!fs::exists(f)) throw VerificationError(mpath.string() + ": listed output '" + rel + "' is missing");
+    const std::string actual = io::sha256_file(f);
+    if (actual != sha.get<std::string>())
+      throw VerificationError(f.string() + ": SHA-256 " + actual + " does not match the manifest's " + sha.get<std::string>());
+  }
+  const std::string recorded = m.at("input").at("checkpoint_fingerprint").get<std::string>();
+  const std::string actual = io::fingerprint(io::Checkpoint::open(original));
+  if (recorded != actual)
+    throw VerificationError(mpath.string() + ": converted from checkpoint fingerprint " + recorded + ", but --original " +
+                            original.string() + " has " + actual);
+  spdlog::info("manifest: {} output files match their SHA-256; original fingerprint matches", m["outputs"].size());
+}
+
+VerifyReport verify_decode(const VerifyOptions& o) {
+  if (o.prefill < 0 || o.decode < 1) throw InputError("--prefill must be >= 0 and --decode >= 1");
+  if (o.sequences < 1) throw InputError("--sequences must be >= 1");
+  if (o.page_size != 64 && o.page_size != 128) throw InputError("--page-size must be 64 or 128, got " + std::to_string(o.page_size));
+  if (!o.skip_manifest_check) check_manifest(o.converted, o.original);
+  std::unique_ptr<DecodeBackend> backend;
+  if (o.device == "cpu") backend = make_cpu_backend();
+  else if (o.device == "cuda") backend = make_cuda_backend();
+  else throw InputError("--device must be cpu or cuda, got '" + o.device + "'");
+
+  const io::Checkpoint orig = io::Checkpoint::open(o.original);
+  const MlaConfig& cfg = orig.config();
+  const int tp = detect_tp(o.converted);
+  std::vector<int64_t> layers = o.layers;
+  if (layers.empty())
+    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) layers.push_back(i);
+  for (int64_t l : layers)
+    if (l < 0 || l >= cfg.attention_layers())
+      throw InputError("--layers: layer " + std::to_string(l) + " out of range [0, " + std::to_string(cfg.attention_layers()) + ")");
+
+  const auto file = io::h5::File::open_read(o.activations);
+  if (!file.root().exists(o.capture_group))
+    throw InputError(o.activations.string() + ": capture has no group '/" + o.capture_group + "'");
+  const io::h5::Group grp = file.root().open_group(o.capture_group);
+  const int64_t n_tok = o.prefill + o.decode;
+
+  VerifyReport rep;
+  rep.backend = backend->name();
+  rep.pass = true;
+  {
+    const auto r0 = transform::load_rank_attention(o.converted / transform::rank_dir_name(0, tp), layers.front());
+    rep.tp = tp;
+    rep.g = r0.tpla.at("g").get<int>();
+    rep.reparam = r0.tpla.value("reparam", "?");
+    rep.norm = r0.tpla.value("norm", "?");
+  }
+  spdlog::info("verify-decode: tp={} g={} reparam={} norm={} backend={}; {} sequences x (prefill {} + decode {})", rep.tp,
+               rep.g, rep.reparam, rep.norm, rep.backend, o.sequences, o.prefill, o.decode);
+
+  for (int64_t layer : layers) {
+    const std::string name = layer_name(layer) + "/hidden";
+    if (!grp.exists(name)) throw InputError(o.activations.string() + ": /" + o.capture_group + "/" + name + " missing");
+    const std::vector<MatrixR> h = read_sequences(grp, name, o.sequences, n_tok, cfg.hidden_size);
+    const LayerContext L = load_layer(orig, o.converted, tp, layer, nullptr);
+    std::vector<MatrixR> ref;
+    for (const auto& hb : h) ref.push_back(model::attention_naive(cfg, L.original, hb, 0).bottomRows(o.decode));
+    const ConvertedOutputs conv = run_converted(L, h, o.prefill, o.decode, *backend, o.page_size, o.seed);
+    LayerReport lr;
+    lr.layer = layer;
+    const auto ref_flat = flatten(ref), kern_flat = flatten(conv.kernel), f64_flat = flatten(conv.f64);
+    lr.converted_vs_original = model::compare(kern_flat, ref_flat);
+    lr.f64_path_vs_original = model::compare(f64_flat, ref_flat);
+    lr.kernel_vs_f64_path = model::compare(kern_flat, f64_flat);
+    worst_row(conv.kernel, ref, lr);
+    lr.pass = lr.converted_vs_original.nonfinite_match && lr.converted_vs_original.rel_l2 <= o.max_rel_l2 &&
+              lr.converted_vs_original.cos_diff <= o.max_cos_diff && lr.kernel_vs_f64_path.rel_l2 <= o.kernel_rel_l2;
+    rep.pass = rep.pass && lr.pass;
+    spdlog::info("layer {}: converted vs original rel_l2 {:.3e}, kernel vs f64 path {:.3e}{}", layer,
+                 lr.converted_vs_original.rel_l2, lr.kernel_vs_f64_path.rel_l2, lr.pass ? "" : "  FAIL");
+    rep.layers.push_back(std::move(lr));
+  }
+
+  if (o.perplexity) {
+    // End to end on a dense model: prefill exact, decode through the converted TPLA path
+    // (kernels), every other tensor from the original (Megatron sharding of MLP/norms is exact).
+    const model::DenseModel m = model::load_dense_model(
+        cfg, [&](const std::string& n) { return orig.load_matrix(n); },
+        orig.config_json().value("tie_word_embeddings", false));
+    if (!grp.exists("tokens")) throw InputError(o.activations.string() + ": /" + o.capture_group + "/tokens missing");
+    io::h5::Dims td;
+    const std::vector<int32_t> all_tokens = grp.read<int32_t>("tokens", &td);
+    if (td.size() != 2 || static_cast<int64_t>(td[0]) < o.sequences || static_cast<int64_t>(td[1]) < n_tok)
+      throw InputError(o.activations.string() + ": /" + o.capture_group + "/tokens too small for --sequences/--prefill/--decode");
+    std::vector<std::vector<int32_t>> tok(o.sequences);
+    std::vector<MatrixR> x(o.sequences);
+    for (int64_t b = 0; b < o.sequences; ++b) {
+      tok[b].assign(all_tokens.begin() + b * td[1], all_tokens.begin() + b * td[1] + n_tok);
+      x[b].resize(n_tok, cfg.hidden_size);
+      for (int64_t t = 0; t < n_tok; ++t) x[b].row(t) = m.embed_tokens.row(tok[b][t]);
+    }
+    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+      const auto& lw = m.layers[i];
+      std::vector<MatrixR> h(o.sequences);
+      for (int64_t b = 0; b < o.sequences; ++b) h[b] = model::rmsnorm(x[b], lw.input_layernorm, cfg.rms_norm_eps);
+      const LayerContext L = load_layer(orig, o.converted, tp, i, &lw.attn);
+      const ConvertedOutputs conv = run_converted(L, h, o.prefill, o.decode, *backend, o.page_size, o.seed);
+      for (int64_t b = 0; b < o.sequences; ++b) {
+        MatrixR attn = model::attention_naive(cfg, lw.attn, h[b], 0);
+        attn.bottomRows(o.decode) = conv.kernel[b];
+        x[b] += attn;
+        x[b] += model::swiglu_mlp(lw, model::rmsnorm(x[b], lw.post_attention_layernorm, cfg.rms_norm_eps));
+      }
+      spdlog::info("perplexity: layer {}/{} done", i + 1, cfg.num_hidden_layers);
+    }
+    double nll_orig = 0, nll_conv = 0;
+    int64_t n_orig = 0, n_conv = 0;
+    for (int64_t b = 0; b < o.sequences; ++b) {
+      const MatrixR logits_orig = model::dense_forward(m, tok[b]);
+      nll_orig += nll_rows(logits_orig, tok[b], o.prefill, n_tok, &n_orig);
+      const MatrixR logits_conv = model::rmsnorm(x[b], m.final_norm, cfg.rms_norm_eps) * m.lm_head.transpose();
+      nll_conv += nll_rows(logits_conv, tok[b], o.prefill, n_tok, &n_conv);
+    }
+    rep.perplexity.ran = true;
+    rep.perplexity.windows = o.sequences;
+    rep.perplexity.predicted = n_conv;
+    rep.perplexity.original_bits_per_byte = bits_per_byte(nll_orig, n_orig);
+    rep.perplexity.converted_bits_per_byte = bits_per_byte(nll_conv, n_conv);
+  }
+  return rep;
+}
+
+nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
+  auto metrics = [](const model::ErrorMetrics& m) {
+    return nlohmann::json{{"rmse", m.rmse}, {"cos_diff", m.cos_diff}, {"rel_l2", m.rel_l2}, {"max_abs", m.max_abs},
+                          {"nonfinite_match", m.nonfinite_match}, {"count", m.count}};
+  };
+  nlohmann::json j;
+  j["backend"] = backend;
+  j["tp"] = tp;
+  j["g"] = g;
+  j["reparam"] = reparam;
+  j["norm"] = norm;
+  j["prefill"] = o.prefill;
+  j["decode"] = o.decode;
+  j["sequences"] = o.sequences;
+  j["thresholds"] = {{"max_rel_l2", o.max_rel_l2}, {"max_cos_diff", o.max_cos_diff}, {"kernel_rel_l2", o.kernel_rel_l2}};
+  j["layers"] = nlohmann::json::array();
+  for (const auto& l : layers)
+    j["layers"].push_back({{"layer", l.layer},
+                           {"converted_vs_original", metrics(l.converted_vs_original)},
+                           {"f64_path_vs_original", metrics(l.f64_path_vs_original)},
+                           {"kernel_vs_f64_path", metrics(l.kernel_vs_f64_path)},
+                           {"worst", {{"sequence", l.worst_sequence}, {"token", l.worst_token}, {"rel_l2", l.worst_row_rel_l2}}},
+                           {"pass", l.pass}});
+  if (perplexity.ran)
+    j["perplexity"] = {{"windows", perplexity.windows},
+                       {"predicted_tokens", perplexity.predicted},
+                       {"original_bits_per_byte", perplexity.original_bits_per_byte},
+                       {"converted_bits_per_byte", perplexity.converted_bits_per_byte}};
+  j["pass"] = pass;
+  return j;
+}
+
+std::string VerifyReport::table(const VerifyOptions& o) const {
+  std::ostringstream s;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "verify-decode: tp=%d g=%d reparam=%s norm=%s backend=%s\n", tp, g, reparam.c_str(),
+                norm.c_str(), backend.c_str());
+  s << buf;
+  std::snprintf(buf, sizeof buf, "%5s  %10s %10s %10s  %12s  %12s %12s  %s\n", "layer", "rel_l2", "1-cos", "rmse",
+                "worst(s,t)", "f64path_rel", "kernel_rel", "");
+  s << buf;
+  for (const auto& l : layers) {
+    char worst[32];
+    std::snprintf(worst, sizeof worst, "(%lld,%lld)", static_cast<long long>(l.worst_sequence),
+                  static_cast<long long>(o.prefill + l.worst_token));
+    std::snprintf(buf, sizeof buf, "%5lld  %10.3e %10.3e %10.3e  %12s  %12.3e %12.3e  %s\n",
+                  static_cast<long long>(l.layer), l.converted_vs_original.rel_l2, l.converted_vs_original.cos_diff,
+                  l.converted_vs_original.rmse, worst, l.f64_path_vs_original.rel_l2, l.kernel_vs_f64_path.rel_l2,
+                  l.pass ? "ok" : "FAIL");
+    s << buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "thresholds: rel_l2 <= %.1e, 1-cos <= %.1e (converted vs original); kernel vs f64 path rel_l2 <= %.1e\n",
+                o.max_rel_l2, o.max_cos_diff, o.kernel_rel_l2);
+  s << buf;
+  if (perplexity.ran) {
+    std::snprintf(buf, sizeof buf,
+                  "perplexity (%lld windows, %lld decoded tokens scored): original %.4f bits/byte, converted %.4f "
+                  "bits/byte (%+.4f)\n",
+                  static_cast<long long>(perplexity.windows), static_cast<long long>(perplexity.predicted),
+                  perplexity.original_bits_per_byte, perplexity.converted_bits_per_byte,
+                  perplexity.converted_bits_per_byte - perplexity.original_bits_per_byte);
+    s << buf;
+  }
+  s << (pass ? "PASS\n" : "FAIL\n");
+  return s.str();
+}
+
+}  // namespace mla::verify

@@ -1,0 +1,85 @@
+#pragma once
+// verify-decode: runs a converted (TPLA) checkpoint's attention through the decode kernels
+// (or their CPU twins) and compares every decoded token with the ORIGINAL model computed in
+// float64 (model/attention_reference.hpp), layer by layer; optionally end to end (perplexity
+// of the tiny dense models, prefill exact, decode TPLA).
+//
+// Per layer, for `sequences` captured sequences of P + T tokens (capture schema:
+// docs/formats/capture.md, group /eval by default):
+//   original:  attention_naive(original weights) on all P + T tokens, rows P.. compared;
+//   converted: PD separation (SPEC 2 step 4) — the P prompt tokens' cache rows are the exact
+//              global x = c / rms(c) (rotated latent, gamma absorbed), sliced per group; then
+//              T tokens are decoded one at a time: each rank computes its own c_k, normalises
+//              it (approx: its kv_a_layernorm holds sqrt(g f_k); exact: the all-reduced rms),
+//              appends [x_k | k_pe] to its paged bf16 cache (cache-append kernel), decodes its
+//              heads on its slice (decode kernel), expands with W_UV and applies its o_proj
+//              columns; the partial outputs are summed over ranks (the all-reduce).
+//   The same converted path is also computed in float64 (no bf16 cache, no kernel) so the
+//   report separates the conversion's own error (f64 path vs original) from the kernel's
+//   (kernel path vs f64 path).
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/metrics.hpp"
+
+namespace mla::verify {
+
+struct VerifyOptions {
+  std::filesystem::path original;
+  std::filesystem::path converted;
+  std::filesystem::path activations;
+  std::string capture_group = "eval";
+  int64_t prefill = 64;            // P
+  int64_t decode = 16;             // T
+  int64_t sequences = 4;           // batch of captured sequences
+  std::vector<int64_t> layers;     // empty: every layer
+  std::string device = "cpu";      // cpu | cuda
+  int page_size = 64;
+  uint64_t seed = 1;               // page permutation
+  double max_rel_l2 = 2e-2;        // converted-vs-original thresholds (exit 2 beyond)
+  double max_cos_diff = 1e-3;
+  double kernel_rel_l2 = 8e-3;     // kernel-vs-f64-path bound (SPEC 5, BF16 kernels)
+  bool perplexity = false;         // end-to-end mode (dense models only)
+  bool skip_manifest_check = false;
+};
+
+struct LayerReport {
+  int64_t layer = 0;
+  model::ErrorMetrics converted_vs_original;  // kernel path vs float64 original
+  model::ErrorMetrics f64_path_vs_original;   // float64 converted path vs original
+  model::ErrorMetrics kernel_vs_f64_path;     // kernel path vs float64 converted path
+  int64_t worst_sequence = -1;                // row with the largest relative error
+  int64_t worst_token = -1;                   // decode step (0..T-1) of that row
+  double worst_row_rel_l2 = 0.0;
+  bool pass = false;
+};
+
+struct PerplexityReport {
+  bool ran = false;
+  int64_t windows = 0;
+  int64_t predicted = 0;   // tokens scored (decode positions)
+  double original_bits_per_byte = 0.0;
+  double converted_bits_per_byte = 0.0;
+};
+
+struct VerifyReport {
+  std::string backend;
+  int tp = 1, g = 1;
+  std::string reparam, norm;
+  std::vector<LayerReport> layers;
+  PerplexityReport perplexity;
+  bool pass = false;
+  nlohmann::json to_json(const VerifyOptions& o) const;
+  std::string table(const VerifyOptions& o) const;
+};
+
+// Checks manifest.json: every output file's SHA-256, and that the original checkpoint's
+// fingerprint is the one the conversion recorded. Throws VerificationError naming the file.
+void check_manifest(const std::filesystem::path& converted, const std::filesystem::path& original);
+
+VerifyReport verify_decode(const VerifyOptions& opts);
+
+}  // namespace mla::verify

@@ -1,0 +1,30 @@
+# verify-decode CLI round trip: capture (mla-forward), convert (tp=1 identity, tp=2 g=2 Hadamard),
+# verify: exit 0 for the exact conversion, 2 for latent slicing at default thresholds.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+function(run expected)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL ${expected})
+    message(FATAL_ERROR "expected exit ${expected}, got ${rc}: ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+set(M ${SRC}/datasets/tiny-v2)
+# Any English bytes will do as held-out text for the check; docs/math.md ships with the repo.
+run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --eval ${SRC}/docs/math.md
+    --eval-seqs 2 --seq-len 40)
+run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 1 -o ${WORK}/tp1 ${M})
+run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --reparam hadamard --seed 5 -o ${WORK}/tp2 ${M})
+set(V ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --prefill 24 --decode 8
+      --sequences 2 --layers 0,5 --device cpu)
+run(0 ${V} --converted ${WORK}/tp1 --json ${WORK}/tp1.json)
+run(2 ${V} --converted ${WORK}/tp2)
+run(0 ${V} --converted ${WORK}/tp2 --max-rel-l2 1 --max-cos-diff 1)
+if(NOT EXISTS ${WORK}/tp1.json)
+  message(FATAL_ERROR "--json file not written")
+endif()
+file(READ ${WORK}/tp1.json j)
+string(JSON pass GET "${j}" pass)
+if(NOT pass)
+  message(FATAL_ERROR "tp1.json says pass=${pass}")
+endif()
