@@ -1,5 +1,6 @@
 #include "io/inspect.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -29,6 +30,28 @@ std::string tensor_part(const std::string& n) {
   if (has(".mlp.experts.") || has(".mlp.shared_experts.") || has(".mlp.gate.")) return "moe";
   if (has(".mlp.")) return "mlp_dense";
   return "other";
+}
+
+std::map<std::string, int64_t> config_parameter_counts(const model::MlaConfig& c) {
+  const int64_t D = c.hidden_size, H = c.num_heads, L = c.num_hidden_layers;
+  const int64_t q = c.has_q_lora() ? c.q_lora_rank * D + H * c.qk_head_dim() * c.q_lora_rank
+                                   : H * c.qk_head_dim() * D;
+  const int64_t attention = q + (c.kv_lora_rank + c.qk_rope_head_dim) * D +
+                            H * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank + D * H * c.v_head_dim;
+  const int64_t norms = 2 * D + (c.has_q_lora() ? c.q_lora_rank : 0) + c.kv_lora_rank;
+  const int64_t dense_layers = c.n_routed_experts > 0 ? std::min(c.first_k_dense_replace, L) : L;
+  const int64_t moe_layer = c.n_routed_experts * (D + 3 * c.moe_intermediate_size * D) +
+                            c.n_shared_experts * 3 * c.moe_intermediate_size * D;
+  std::map<std::string, int64_t> p;
+  p["attention"] = L * attention;
+  p["norms"] = L * norms + D;
+  p["embeddings"] = 2 * c.vocab_size * D;
+  p["mlp_dense"] = dense_layers * 3 * c.intermediate_size * D;
+  p["moe"] = (L - dense_layers) * moe_layer;
+  int64_t total = 0;
+  for (const auto& [_, n] : p) total += n;
+  p["total"] = total;
+  return p;
 }
 
 std::string family_name(const model::MlaConfig& c) {
@@ -64,6 +87,7 @@ InspectReport inspect_checkpoint(const Checkpoint& ckpt) {
     r.params[part] += v.numel();
     r.total_params += v.numel();
   }
+  r.config_params = config_parameter_counts(c);
   for (int64_t i = 0; i < c.attention_layers(); ++i)
     if (ckpt.has("model.layers." + std::to_string(i) + ".self_attn.kv_a_proj_with_mqa.weight")) ++r.layers_with_attention;
 
@@ -109,6 +133,7 @@ nlohmann::json inspect_to_json(const InspectReport& r) {
   for (const auto& [name, d] : r.dtypes) j["dtypes"][name] = {{"tensors", d.tensors}, {"bytes", d.bytes}};
   j["params"] = r.params;
   j["params"]["total"] = r.total_params;
+  j["config_params"] = r.config_params;
   j["scale_elements"] = r.scale_elements;
   j["fp8_block_quantised_weights"] = r.fp8_weights;
   j["layers_with_attention"] = r.layers_with_attention;
@@ -155,13 +180,16 @@ std::string inspect_to_table(const InspectReport& r) {
     std::snprintf(buf, sizeof buf, "  %-8s %6lld tensors %16lld bytes\n", name.c_str(), (long long)d.tensors, (long long)d.bytes);
     o << buf;
   }
-  o << "\nparameters (elements present in the files; block scales excluded)\n";
+  o << "\nparameters         in the files   full model per config.json (no MTP)\n";
   for (const auto& [part, n] : r.params) {
-    std::snprintf(buf, sizeof buf, "  %-11s %16lld\n", part.c_str(), (long long)n);
+    const auto it = r.config_params.find(part);
+    std::snprintf(buf, sizeof buf, "  %-11s %16lld %16s\n", part.c_str(), (long long)n,
+                  it == r.config_params.end() ? "-" : std::to_string(it->second).c_str());
     o << buf;
   }
-  std::snprintf(buf, sizeof buf, "  %-11s %16lld   (+%lld scale entries for %lld FP8 weights)\n\n", "total",
-                (long long)r.total_params, (long long)r.scale_elements, (long long)r.fp8_weights);
+  std::snprintf(buf, sizeof buf, "  %-11s %16lld %16lld\n  (block scales excluded: %lld entries for %lld FP8 weights)\n\n",
+                "total", (long long)r.total_params, (long long)r.config_params.at("total"), (long long)r.scale_elements,
+                (long long)r.fp8_weights);
   o << buf;
   std::snprintf(buf, sizeof buf, "KV cache bytes per token per layer (d_c=%lld, d_r=%lld)\n  BF16 %lld   FP8 %lld   FP4 %lld\n\n",
                 (long long)c.kv_lora_rank, (long long)c.qk_rope_head_dim, (long long)r.kv_bf16, (long long)r.kv_fp8,

@@ -45,6 +45,7 @@ struct InspectReport {
   std::map<std::string, DtypeStats> dtypes;   // dtype name -> stats
   std::map<std::string, int64_t> params;      // part -> elements (scales excluded)
   int64_t total_params = 0;
+  std::map<std::string, int64_t> config_params;  // config_parameter_counts (+ "total")
   int64_t scale_elements = 0;                 // *_scale_inv entries
   int64_t fp8_weights = 0;                    // F8_E4M3 tensors (each has block scales)
   int64_t layers_with_attention = 0;          // layers whose kv_a_proj_with_mqa is present
@@ -52,6 +53,10 @@ struct InspectReport {
   int64_t kv_layers = 0;
   std::vector<KvRow> kv_per_device;           // head-parallel, then TPLA tp = 2, 4, 8
 };
+
+// Parameters the config implies for the full model (decoder layers; MTP layers and router
+// biases excluded), by the same parts as tensor_part(): what a complete checkpoint holds.
+std::map<std::string, int64_t> config_parameter_counts(const model::MlaConfig& cfg);
 
 // Part of a tensor name: "attention", "mlp_dense", "moe", "embeddings", "norms", "scales", "other".
 std::string tensor_part(const std::string& name);

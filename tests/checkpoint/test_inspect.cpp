@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "io/inspect.hpp"
 #include "io/synthetic.hpp"
+#include "model/config.hpp"
 
 using namespace mla;
 using io::KvFormat;
@@ -64,4 +65,19 @@ TEST(Inspect, PartsOfTensorNames) {
   EXPECT_EQ(io::tensor_part("model.layers.0.mlp.down_proj.weight"), "mlp_dense");
   EXPECT_EQ(io::tensor_part("lm_head.weight"), "embeddings");
   EXPECT_EQ(io::tensor_part("model.layers.61.eh_proj.weight"), "other");
+}
+
+TEST(Inspect, ConfigParameterCountsMatchPublishedModelSizes) {
+  // Published sizes (model cards): DeepSeek-V2-Lite 15.7B, DeepSeek-V3 671B (main model, MTP
+  // excluded), Kimi-K2 ~1.03T. Independent of our code: only the configs come from fixtures.
+  const std::string data = std::string(MLA_SOURCE_DIR) + "/tests/checkpoint/data/";
+  auto total = [&](const char* f) {
+    return static_cast<double>(io::config_parameter_counts(model::load_mla_config(data + f)).at("total"));
+  };
+  EXPECT_NEAR(total("deepseek-v2-lite.config.json"), 15.7e9, 0.05e9);
+  EXPECT_NEAR(total("deepseek-v3.config.json"), 671e9, 0.5e9);
+  EXPECT_NEAR(total("kimi-k2.config.json"), 1.03e12, 0.02e12);
+  // V3 attention, by hand: 61 x (1536*7168 + 24576*1536 + 576*7168 + 32768*512 + 7168*16384).
+  const auto v3 = io::config_parameter_counts(model::load_mla_config(data + "deepseek-v3.config.json"));
+  EXPECT_EQ(v3.at("attention"), 61LL * 187105280LL);
 }
