@@ -273,10 +273,7 @@ Header parse_and_validate(std::span<const std::byte> file_bytes, const std::stri
                                   std::snprintf(b, sizeof b, "%02X", static_cast<unsigned char>(text[bad]));
                                   return std::string(b);
                                 }() + ")");
-  // The reference requires the header to start with '{' (InvalidHeaderStart).
-  if (text.empty() || text.front() != '{')
-    fail(Kind::NotAnObject, label + ": header does not start with '{'" +
-                                (text.empty() ? std::string(" (it is empty)") : ""));
+  // Whitespace before the object is accepted, as the reference (0.8) does: JSON allows it.
   const json root = parse_rejecting_duplicates(text, label);
   if (!root.is_object()) fail(Kind::NotAnObject, label + ": header is " + brief(root) + ", not a JSON object");
 

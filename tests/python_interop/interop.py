@@ -6,8 +6,12 @@
      shape, bytes and metadata.
   2. theirs -> ours: safetensors.serialize writes every dtype it knows (plus numpy's
      save_file for the numpy dtypes); st_interop dump must return the same.
-  3. ours == theirs byte for byte for the same tensors: both order by alignment then name.
-     (Reported, and required: a difference means our layout drifted from the reference.)
+  3. ours == theirs byte for byte in the data buffer for the same tensors (both order by
+     dtype then name); the header text may differ (key order).
+  4. The reference's verdict on datasets/malformed: it must reject every file our manifest
+     marks malformed and accept every OK one, except the documented places where we are
+     stricter (STRICTER_THAN_REFERENCE). This keeps the corpus honest: each file is
+     malformed by the reference's rules, not only by ours.
 
 usage: interop.py <path to st_interop> <scratch dir>
 """
@@ -32,6 +36,9 @@ PY_NAME = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": 
            "F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
 SHAPE = [3, 4]
 METADATA = {"producer": "st_interop", "note": "caf\u00e9"}
+MALFORMED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "datasets", "malformed")
+# Files the reference accepts and we reject on purpose (docs/formats/safetensors.md).
+STRICTER_THAN_REFERENCE = {"dim_above_i64.safetensors"}  # our Shape is int64
 
 
 def expected_bytes(dtype, k):
@@ -120,6 +127,26 @@ def theirs_to_ours(tool, scratch):
     return raw
 
 
+def reference_verdicts():
+    n = 0
+    with open(os.path.join(MALFORMED, "manifest.tsv")) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip() and not line.startswith("#")]
+    for name, kind, _ in rows:
+        with open(os.path.join(MALFORMED, name), "rb") as f:
+            data = f.read()
+        try:
+            deserialize(data)
+            accepted, why = True, ""
+        except Exception as e:  # the package raises SafetensorError (and others) on bad input
+            accepted, why = False, str(e)
+        want_accept = kind == "OK" or name in STRICTER_THAN_REFERENCE
+        check(accepted == want_accept,
+              f"reference {'accepts' if accepted else 'rejects'} {name} (manifest: {kind}) {why}")
+        n += 1
+    print(f"reference verdicts agree with the manifest on {n} files "
+          f"({len(STRICTER_THAN_REFERENCE)} where we are stricter)")
+
+
 def main():
     tool, scratch = sys.argv[1], sys.argv[2]
     os.makedirs(scratch, exist_ok=True)
@@ -129,6 +156,7 @@ def main():
     n_ours = int.from_bytes(ours[:8], "little")
     n_theirs = int.from_bytes(theirs[:8], "little")
     check(ours[8 + n_ours:] == theirs[8 + n_theirs:], "data buffers differ: tensor order is not the reference's")
+    reference_verdicts()
     print(f"safetensors {safetensors.__version__}: identical files: {ours == theirs} "
           f"(header {n_ours} vs {n_theirs} bytes)")
     if failures:
