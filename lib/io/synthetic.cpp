@@ -240,6 +240,7 @@ nlohmann::json synthetic_config_json(const SyntheticOptions& opts) {
   c.first_k_dense_replace = std::min(c.first_k_dense_replace, c.num_hidden_layers);
   nlohmann::json j = opts.model.extra;
   j.update(mla_config_to_json(c));
+  j.erase("quantization_config");  // a copied config may describe another format
   if (opts.format == SyntheticFormat::FP8) {
     j["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
                                 {"weight_block_size", {kFp8BlockSize, kFp8BlockSize}}};

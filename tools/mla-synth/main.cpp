@@ -2,6 +2,7 @@
 // weights) for tests and benchmarks. See lib/io/synthetic.hpp for what is generated.
 #include <spdlog/spdlog.h>
 
+#include <fstream>
 #include <iostream>
 
 #include "common/cli_common.hpp"
@@ -45,7 +46,9 @@ int main(int argc, char** argv) {
     mla::io::SyntheticOptions s;
     if (!o.config.empty()) {
       s.model.config = mla::model::load_mla_config(o.config);
-      s.model.extra = nlohmann::json::object();
+      // Keep the file's other keys (router settings, architectures); MlaConfig keys are rewritten.
+      std::ifstream in(o.config);
+      s.model.extra = nlohmann::json::parse(in);
     } else {
       s.model = mla::io::synthetic_preset(o.preset);
     }
