@@ -41,6 +41,16 @@ fs::path hidden_sibling(const fs::path& parent, const fs::path& name, const char
   return parent / s;
 }
 
+// True when `inner` is `outer` or lies below it (both absolute and canonical).
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
 fs::path parent_of(const fs::path& p) {
   fs::path parent = p.parent_path();
   return parent.empty() ? fs::path(".") : parent;
@@ -48,12 +58,18 @@ fs::path parent_of(const fs::path& p) {
 
 }  // namespace
 
-AtomicDirectory::AtomicDirectory(fs::path final_path, bool overwrite)
+AtomicDirectory::AtomicDirectory(fs::path final_path, bool overwrite, const std::vector<fs::path>& inputs)
     : final_(std::move(final_path)), overwrite_(overwrite) {
   // "out/" would have an empty filename; normalise so the temporary name is a sibling.
   if (final_.filename().empty()) final_ = final_.parent_path();
   if (final_.empty()) throw Error("output directory: empty path");
   std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(fs::absolute(final_), ec);
+  for (const auto& input : inputs) {
+    const fs::path in_abs = fs::weakly_canonical(fs::absolute(input), ec);
+    if (is_within(out_abs, in_abs) || is_within(in_abs, out_abs))
+      throw Error(final_.string() + ": output overlaps the input " + input.string() + "; choose another output path");
+  }
   const auto status = fs::symlink_status(final_, ec);
   if (fs::exists(status)) {
     if (!overwrite_)

@@ -2,13 +2,17 @@
 // An output directory written under a temporary name beside its destination and renamed
 // into place only by commit(): a crash or a failed check leaves nothing that looks complete.
 #include <filesystem>
+#include <vector>
 
 namespace mla::io {
 
 class AtomicDirectory {
  public:
-  // Fails if `final_path` exists (unless overwrite) or is the input.
-  explicit AtomicDirectory(std::filesystem::path final_path, bool overwrite = false);
+  // Fails (mla::Error) if `final_path` exists (unless overwrite; a non-directory is never
+  // replaced), or if it is one of `inputs`, lies inside one, or contains one: replacing it
+  // would destroy what is being read.
+  explicit AtomicDirectory(std::filesystem::path final_path, bool overwrite = false,
+                           const std::vector<std::filesystem::path>& inputs = {});
   ~AtomicDirectory();  // removes the temporary directory unless committed
   AtomicDirectory(const AtomicDirectory&) = delete;
   AtomicDirectory& operator=(const AtomicDirectory&) = delete;

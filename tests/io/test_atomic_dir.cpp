@@ -97,3 +97,20 @@ TEST(AtomicDirectory, RefusesToReplaceAFileAndCreatesParents) {
   }
   EXPECT_TRUE(fs::is_directory(s.root / "a" / "b" / "out"));
 }
+
+TEST(AtomicDirectory, RefusesToOverlapItsInput) {
+  Scratch s;
+  const fs::path in = s.root / "model";
+  fs::create_directories(in / "sub");
+  touch(in / "config.json", "{}");
+  // Same directory (also spelled differently), inside it, or around it: all refused, even
+  // with overwrite, and the input is left alone.
+  for (const fs::path& out : {in, s.root / "." / "model", in / "sub" / "out", s.root}) {
+    EXPECT_THROW(AtomicDirectory(out, true, {in}), mla::Error) << out;
+  }
+  EXPECT_EQ(slurp(in / "config.json"), "{}");
+  // A sibling whose name merely starts the same is fine.
+  AtomicDirectory ok(s.root / "model-out", false, {in});
+  ok.commit();
+  EXPECT_TRUE(fs::is_directory(s.root / "model-out"));
+}
