@@ -124,7 +124,11 @@ void SourceTensor::release_rows(int64_t r0, int64_t r1) const {
 }
 
 std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t r0, int64_t r1, int64_t c0,
-                                               int64_t c1, DType dtype) {
+                                               int64_t c1, DType dtype, bool release_as_read) {
+  constexpr int64_t kReleaseRows = 256;
+  auto maybe_release = [&](int64_t r) {  // called after row r is done
+    if (release_as_read && (r + 1 - r0) % kReleaseRows == 0) src.release_rows(r + 1 - kReleaseRows, r + 1);
+  };
   const DType in = src.dtype();
   const int64_t ncols = c1 - c0, cols = src.cols();
   const bool is2d = src.shape().size() == 2;
@@ -152,6 +156,7 @@ std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t 
           src.read_row(r, c0 + c, c0 + c + 1, &v);  // throws the named error
         }
       }
+      maybe_release(r);
     }
     return out;
   }
@@ -184,6 +189,7 @@ std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t 
         uint16_t b = lut[(c / bs) * 256 + code];
         std::memcpy(dst + (c - c0), &b, 2);
       }
+      maybe_release(r);
     }
     (void)is2d;
     return out;

@@ -62,7 +62,9 @@ RowSource matrix_rows(const MatrixR& m);
 // table per 128x128 block: the same double product and rounding as the generic path, so the
 // bytes are identical). Returns std::nullopt when there is no fast path for the pair.
 // Non-finite values throw the same InputError as SourceTensor::read_row.
+// `release_as_read`: drop the input pages of rows already encoded (only when no other slice
+// reads those rows), so resident memory holds the output slice, not the input too.
 std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t r0, int64_t r1, int64_t c0,
-                                               int64_t c1, DType dtype);
+                                               int64_t c1, DType dtype, bool release_as_read = false);
 
 }  // namespace mla::transform
