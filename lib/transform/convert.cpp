@@ -349,7 +349,7 @@ void run_simple(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions&
   const bool disjoint_rows = u.rule->kind == SplitKind::Column || by_slice.size() == 1;
   for (const auto& [key, ranks] : by_slice) {
     const int64_t r0 = key[0], r1 = key[1], c0 = key[2], c1 = key[3], ncols = c1 - c0;
-    if (static_cast<uint64_t>((r1 - r0) * ncols) * 4 > kBigSlice && !big.owns_lock()) big.lock();
+    if (static_cast<uint64_t>((r1 - r0) * ncols * dtype_bits(dt) / 8) > kBigSlice && !big.owns_lock()) big.lock();
     std::optional<EncodedTensor> e = encode_slice_fast(src, r0, r1, c0, c1, dt, disjoint_rows);
     if (!e)
       e = encode_rows(u.name, dt, r1 - r0, ncols, [&](int64_t a, int64_t b, double* out) {
