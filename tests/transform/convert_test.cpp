@@ -82,13 +82,15 @@ class ConvertTest : public ::testing::Test {
 
   // A copy of the FP8 checkpoint with every F8 weight dequantised to F32 (exact), other
   // tensors as stored; `mutate` may edit or drop tensors.
-  void write_twin(const fs::path& out, const std::function<void(std::vector<OwnedTensor>&)>& mutate = {}) const {
+  // With keep_fp8 every tensor (scales included) is copied as stored.
+  void write_twin(const fs::path& out, const std::function<void(std::vector<OwnedTensor>&)>& mutate = {},
+                  bool keep_fp8 = false) const {
     const io::Checkpoint ckpt = io::Checkpoint::open(root_ / "fp8");
     std::vector<OwnedTensor> ts;
     for (const std::string& name : ckpt.tensor_names()) {
-      if (find_rule(name).kind == SplitKind::Consumed) continue;
+      if (!keep_fp8 && find_rule(name).kind == SplitKind::Consumed) continue;
       const TensorView v = ckpt.raw(name);
-      if (v.dtype == DType::F8_E4M3) {
+      if (v.dtype == DType::F8_E4M3 && !keep_fp8) {
         const std::vector<double> d = ckpt.load_f64(name);
         ts.push_back(from_f64(name, DType::F32, v.shape, d));
       } else {
@@ -99,7 +101,7 @@ class ConvertTest : public ::testing::Test {
     fs::create_directories(out);
     io::write_safetensors(out / "model.safetensors", ts, {{"format", "pt"}});
     nlohmann::json cfg = ckpt.config_json();
-    cfg.erase("quantization_config");
+    if (!keep_fp8) cfg.erase("quantization_config");
     std::ofstream(out / "config.json") << cfg.dump(2);
   }
 
@@ -303,6 +305,31 @@ TEST_F(ConvertTest, BadInputsWriteNothing) {
   EXPECT_FALSE(fs::exists(o.output));
   for (const auto& e : fs::directory_iterator(root_))  // no temporary left either
     EXPECT_EQ(e.path().filename().string().find(".out-nan"), std::string::npos) << e.path();
+  // NaN on the fast paths: a BF16 embedding (byte copy) and an FP8 weight (block table).
+  struct Case {
+    const char* name;
+    size_t byte;
+    std::vector<std::byte> bits;
+    bool keep_fp8;
+  };
+  for (const Case& c : {Case{"model.embed_tokens.weight", 6, {std::byte{0xC0}, std::byte{0x7F}}, false},
+                        Case{"model.layers.0.mlp.down_proj.weight", 3, {std::byte{0x7F}}, true}}) {
+    write_twin(root_ / "nan2", [&](std::vector<OwnedTensor>& ts) {
+      for (auto& t : ts)
+        if (t.name == c.name) std::memcpy(t.bytes.data() + c.byte, c.bits.data(), c.bits.size());
+    }, c.keep_fp8);
+    o = opts("out-nan2", 2);
+    o.input = root_ / "nan2";
+    try {
+      convert_checkpoint(o);
+      FAIL() << "NaN accepted in " << c.name;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(c.name) + "' has a non-finite value (nan) at [0, 3]"),
+                std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(o.output));
+    fs::remove_all(root_ / "nan2");
+  }
   // A missing attention tensor.
   write_twin(root_ / "missing", [](std::vector<OwnedTensor>& ts) {
     std::erase_if(ts, [](const OwnedTensor& t) { return t.name == "model.layers.1.self_attn.kv_b_proj.weight"; });
