@@ -11,6 +11,8 @@
 
 #include <cuda_bf16.h>
 
+#include <cub/block/block_scan.cuh>
+
 #include <string>
 
 #include "core/error.hpp"
@@ -64,6 +66,44 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// ---- mbarrier + bulk copy (sm_90) for the v3 producer/consumer ring ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n"
+      "WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      " @!p bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Copies `bytes` (multiple of 16, both addresses 16-byte aligned) global -> shared; completes
+// as transaction bytes on `bar`.
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Source of the rows of a tile past the request's length (or of a tile with a bad page id):
+// zeros, so NaN-poisoned page tails never reach P.V. d_c + d_r <= 640.
+__device__ __align__(16) uint16_t g_zero_row[640];
+
 template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
 struct SplitCfg {
   static constexpr int kWarps = RG * NWC;
@@ -82,10 +122,110 @@ struct SplitCfg {
   }
 };
 
-__global__ void decode_schedule_kernel(const int32_t* seqlens, int batch, int tile, int parts, int32_t* info,
-                                       int32_t* offsets) {
-  if (threadIdx.x == 0 && blockIdx.x == 0)
-    quant::compute_decode_schedule(seqlens, batch, tile, parts, info, offsets);
+// v2's scheduler (one thread walking every (part, request) pair), kept for the variant = 2
+// timing comparison only.
+__device__ void legacy_compute_decode_schedule(const int32_t* seqlens, int batch, int tile,
+                                           int num_parts, int32_t* part_info,
+                                           int32_t* split_offsets) {
+  long long total = 0;
+  for (int b = 0; b < batch; ++b) {
+    total += quant::decode_tiles(seqlens[b], tile) + quant::kFixedCost;
+    split_offsets[b] = 0;
+  }
+  split_offsets[batch] = 0;
+  // Each part boundary that cuts a request costs one more quant::kFixedCost: budget for it, so the
+  // last part (which takes whatever is left) is not overloaded.
+  total += static_cast<long long>(num_parts) * quant::kFixedCost;
+  long long per_part = (total + num_parts - 1) / num_parts;
+  if (per_part < quant::kFixedCost + 1) per_part = quant::kFixedCost + 1;
+  int b = 0, t = 0, split = 0;
+  for (int p = 0; p < num_parts; ++p) {
+    int32_t* info = part_info + p * kPartInfoInts;
+    info[0] = b;
+    info[1] = t;
+    info[4] = split;
+    int end_b = b, end_t = t;
+    const bool last = (p == num_parts - 1);
+    long long budget = per_part;
+    while (b < batch && (last || budget > quant::kFixedCost)) {
+      const int n_tiles = quant::decode_tiles(seqlens[b], tile);
+      int take = n_tiles - t;
+      if (!last && budget - quant::kFixedCost < take) take = static_cast<int>(budget - quant::kFixedCost);
+      split_offsets[b] += 1;  // count now, prefix-sum below
+      ++split;
+      budget -= take + quant::kFixedCost;
+      t += take;
+      end_b = b;
+      end_t = t;
+      if (t == n_tiles) {  // request finished: the next one starts at tile 0
+        ++b;
+        t = 0;
+      }
+    }
+    info[2] = end_b;
+    info[3] = end_t;
+  }
+  // counts -> offsets
+  int run = 0;
+  for (int i = 0; i < batch; ++i) {
+    const int c = split_offsets[i];
+    split_offsets[i] = run;
+    run += c;
+  }
+  split_offsets[batch] = run;
+}
+
+__global__ void decode_schedule_legacy_kernel(const int32_t* seqlens, int batch, int tile, int parts,
+                                              int32_t* info, int32_t* offsets) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) legacy_compute_decode_schedule(seqlens, batch, tile, parts, info, offsets);
+}
+
+// v3 scheduler: quant::compute_decode_schedule's closed form with one thread per request
+// (block-wide prefix sums over chunks of kSchedThreads requests). Same output as the host.
+constexpr int kSchedThreads = 512;
+__global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
+                                                                        int tile, int parts, int32_t* info,
+                                                                        int32_t* offsets) {
+  using Scan = cub::BlockScan<long long, kSchedThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int tid = threadIdx.x;
+  long long mine = 0;
+  for (int b = tid; b < batch; b += kSchedThreads) mine += quant::decode_tiles(seqlens[b], tile) + quant::kFixedCost;
+  long long ignore = 0, total = 0;
+  Scan(tmp).ExclusiveSum(mine, ignore, total);
+  __syncthreads();
+  const long long per_part = (total + parts - 1) / parts;
+  long long carry_s = 0, carry_off = 0;
+  for (int base = 0; base < batch; base += kSchedThreads) {
+    const int b = base + tid;
+    const bool valid = b < batch;
+    const int n_b = valid ? quant::decode_tiles(seqlens[b], tile) : 0;
+    long long s_b = 0, agg_s = 0;
+    Scan(tmp).ExclusiveSum(valid ? static_cast<long long>(n_b + quant::kFixedCost) : 0LL, s_b, agg_s);
+    __syncthreads();
+    s_b += carry_s;
+    const long long segs =
+        valid ? quant::decode_last_part(s_b, n_b, per_part) - quant::decode_first_part(s_b, per_part) + 1 : 0;
+    long long off_b = 0, agg_off = 0;
+    Scan(tmp).ExclusiveSum(segs, off_b, agg_off);
+    __syncthreads();
+    off_b += carry_off;
+    if (valid) {
+      offsets[b] = static_cast<int32_t>(off_b);
+      quant::decode_write_parts_of_request(b, s_b, n_b, static_cast<int>(off_b), per_part, parts, info);
+    }
+    carry_s += agg_s;
+    carry_off += agg_off;
+  }
+  const long long first_empty = (total + per_part - 1) / per_part;
+  for (long long pp = first_empty + tid; pp < parts; pp += kSchedThreads)
+    quant::decode_write_tail_part(static_cast<int>(pp), batch, static_cast<int>(carry_off), info);
+  __syncthreads();
+  if (tid == 0) {
+    offsets[batch] = static_cast<int32_t>(carry_off);
+    info[(parts - 1) * kPartInfoInts + 2] = batch;
+    info[(parts - 1) * kPartInfoInts + 3] = 0;
+  }
 }
 
 // Walks a (row, chunk) grid of 16-byte chunks with a fixed stride, without a division per step.
@@ -352,6 +492,280 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
   }
 }
 
+// ---- v3 split kernel for <= 16 query rows (memory-bound decode, H <= 16) ----
+// One CTA per SM: 4 consumer warps + 1 producer warp. The producer walks the part's (request,
+// tile) run and streams each 32-token tile into a kV3Stages-deep shared-memory ring with one
+// bulk copy per token row (cp.async.bulk, completing on the stage's "full" mbarrier; rows past
+// the request's length copy a zero row); consumers release a stage through its "empty"
+// mbarrier. The ring runs across segment boundaries, so the next request's tiles are already
+// in flight during an epilogue. S = Q K^T: warp w takes k-steps w, w + 4, ... of the d_c + d_r
+// reduction for all 32 tokens (its Q fragments live in registers for the whole segment); the
+// four fp32 partial tiles are exchanged through shared memory (double-buffered, one named
+// barrier per tile) and every warp sums them in the same order ((w0 + w1) + w2) + w3, so all
+// warps hold the same S, row max, P and l. P goes from the S accumulators straight into mma A
+// fragments (bf16); O += P V: warp w owns d_c / 4 output columns (V by ldmatrix.trans).
+constexpr int kV3Consumers = 4;
+constexpr int kV3Threads = 32 * (kV3Consumers + 1);
+constexpr int kV3BN = 32;
+constexpr int kV3Stages = 5;
+constexpr int kV3PartFloats = 2 * kV3Consumers * 4 * 32 * 4;  // [2 buffers][warp][n-tile][lane][4]
+constexpr int kV3Header = 128;                                  // mbarriers: full[S], empty[S]
+
+template <int DC>
+struct V3Cfg {
+  static constexpr int kColsPerWarp = DC / kV3Consumers;
+  static constexpr int kNtO = kColsPerWarp / 8;
+  static constexpr int kKPerWarp = ((DC + 128) / 16 + kV3Consumers - 1) / kV3Consumers;
+  static_assert(kNtO >= 1, "d_c >= 32");
+  static constexpr size_t smem_bytes(int dim) {
+    return kV3Header + kV3PartFloats * sizeof(float) + static_cast<size_t>(kV3Stages) * kV3BN * (dim + 8) * 2;
+  }
+};
+
+template <int DC>
+__global__ void __launch_bounds__(kV3Threads, 1)
+    decode_split_v3_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ info,
+                           const int32_t* __restrict__ offsets, float* __restrict__ o_acc,
+                           float* __restrict__ lse_acc) {
+  using C = V3Cfg<DC>;
+  constexpr int BN = kV3BN, S = kV3Stages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t bar0 = smem_u32(smem_raw);  // full[s] = bar0 + 8 s, empty[s] = bar0 + 8 (S + s)
+  float4* sPart = reinterpret_cast<float4*>(smem_raw + kV3Header);
+  const int dim = DC + p.d_r;
+  const int srow = dim + 8;  // +16 B per row: conflict-free ldmatrix
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw + kV3Header + kV3PartFloats * sizeof(float));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar0 + 8 * s, 1);                   // the producer's arrive.expect_tx
+      mbar_init(bar0 + 8 * (S + s), kV3Consumers);  // one arrive per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int b_begin = in[0], t_begin = in[1], end_b = in[2], end_t = in[3];
+  const bf16* cache = reinterpret_cast<const bf16*>(p.kv_cache);
+
+  if (warp == kV3Consumers) {  // ---- producer warp ----
+    const uint32_t tile_bytes = static_cast<uint32_t>(BN * dim * 2);
+    int it = 0;
+    for (int b = b_begin, t = t_begin; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+      const int L = p.seqlens[b];
+      const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, BN);
+      const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+      for (int ti = t; ti < stop; ++ti, ++it) {
+        const int stage = it % S;
+        mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+        const int j0 = ti * BN;
+        const bf16* base = nullptr;
+        int valid = 0;
+        if (j0 < L) {
+          const int slot = j0 / p.page_size;
+          const int page = slot < p.max_pages ? ptab[slot] : -1;
+          if (page >= 0 && page < p.num_pages) {
+            base = cache + (static_cast<size_t>(page) * p.page_size + j0 % p.page_size) * dim;
+            valid = min(BN, L - j0);
+          } else if (lane == 0 && p.error_flag != nullptr) {
+            atomicExch(p.error_flag, 1);  // bad device data: tile skipped (zero keys), flagged
+          }
+        }
+        if (lane == 0) mbar_arrive_expect_tx(bar0 + 8 * stage, tile_bytes);
+        __syncwarp();
+        const void* src = lane < valid ? static_cast<const void*>(base + static_cast<size_t>(lane) * dim)
+                                       : static_cast<const void*>(g_zero_row);
+        bulk_g2s(smem_u32(sK + (stage * BN + lane) * srow), src, static_cast<uint32_t>(dim * 2), bar0 + 8 * stage);
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warps ----
+  const bf16* q = reinterpret_cast<const bf16*>(p.q);
+  const int g = lane / 4, tq = lane % 4;
+  const int rows = p.s_q * p.heads;
+  const int nk = dim / 16;
+  const float scale_log2 = p.scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  int lim_off[2];
+  for (int h = 0; h < 2; ++h) {
+    const int tok = min((g + 8 * h) / p.heads, p.s_q - 1);
+    lim_off[h] = p.s_q - 1 - tok;
+  }
+  const uint32_t k_lane_off = static_cast<uint32_t>((((lane % 8) + (lane / 16) * 8) * srow + ((lane / 8) & 1) * 8) * 2);
+  const uint32_t v_lane_off = static_cast<uint32_t>((((lane % 8) + ((lane / 8) & 1) * 8) * srow + warp * C::kColsPerWarp +
+                                                     (lane / 16) * 8) * 2);
+  int it = 0, split = in[4];
+  for (int b = b_begin, t = t_begin; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, BN);
+    const int n_split = offsets[b + 1] - offsets[b];
+
+    // Q fragments of this warp's k-steps (rows g, g + 8; rows past `rows` are zero).
+    uint32_t qa[C::kKPerWarp][4];
+    {
+      const bf16* q0 = q + (static_cast<size_t>(b) * rows + g) * dim;
+      const bf16* q1 = q0 + static_cast<size_t>(8) * dim;
+      const bool ok0 = g < rows, ok1 = g + 8 < rows;
+#pragma unroll
+      for (int s = 0; s < C::kKPerWarp; ++s) {
+        const int kk = warp + kV3Consumers * s;
+        const int c = kk * 16 + 2 * tq;
+        const bool in_k = kk < nk;
+        qa[s][0] = (in_k && ok0) ? *reinterpret_cast<const uint32_t*>(q0 + c) : 0u;
+        qa[s][1] = (in_k && ok1) ? *reinterpret_cast<const uint32_t*>(q1 + c) : 0u;
+        qa[s][2] = (in_k && ok0) ? *reinterpret_cast<const uint32_t*>(q0 + c + 8) : 0u;
+        qa[s][3] = (in_k && ok1) ? *reinterpret_cast<const uint32_t*>(q1 + c + 8) : 0u;
+      }
+    }
+
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
+    float acc[C::kNtO][4];
+#pragma unroll
+    for (int n = 0; n < C::kNtO; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+      const uint32_t tile_addr = smem_u32(sK + stage * BN * srow);
+
+      // ---- partial S = Q K^T over this warp's k-steps, 16 rows x 32 tokens ----
+      float s_acc[4][4];
+#pragma unroll
+      for (int n = 0; n < 4; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
+#pragma unroll
+      for (int s = 0; s < C::kKPerWarp; ++s) {
+        const int kk = warp + kV3Consumers * s;
+        if (kk < nk) {
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            uint32_t bb[4];
+            ldsm_x4(tile_addr + k_lane_off + (np * 16 * srow + kk * 16) * 2, bb);
+            mma_bf16(s_acc[2 * np], qa[s], bb[0], bb[1]);
+            mma_bf16(s_acc[2 * np + 1], qa[s], bb[2], bb[3]);
+          }
+        }
+      }
+      float4* part = sPart + (it & 1) * (kV3Consumers * 4 * 32);
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+        part[(warp * 4 + n) * 32 + lane] = make_float4(s_acc[n][0], s_acc[n][1], s_acc[n][2], s_acc[n][3]);
+      named_bar_sync(1, 32 * kV3Consumers);
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        float4 tot = part[n * 32 + lane];
+#pragma unroll
+        for (int w = 1; w < kV3Consumers; ++w) {
+          const float4 v = part[(w * 4 + n) * 32 + lane];
+          tot.x += v.x;
+          tot.y += v.y;
+          tot.z += v.z;
+          tot.w += v.w;
+        }
+        s_acc[n][0] = tot.x;
+        s_acc[n][1] = tot.y;
+        s_acc[n][2] = tot.z;
+        s_acc[n][3] = tot.w;
+      }
+
+      // ---- scale into base 2, causal mask, row max over the 32 tokens (4 lanes) ----
+      const int jbase = ti * BN;
+      float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          const int j = jbase + n * 8 + 2 * tq + (e & 1);
+          const float x = (j < L - lim_off[h]) ? s_acc[n][e] * scale_log2 : neg_inf;
+          s_acc[n][e] = x;
+          tmax[h] = fmaxf(tmax[h], x);
+        }
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+        const float m_new = fmaxf(m_run[h], tmax[h]);
+        m_use[h] = (m_new == neg_inf) ? 0.f : m_new;  // nothing seen yet: avoid inf - inf
+        alpha[h] = exp2f(m_run[h] - m_use[h]);
+        m_run[h] = m_new;
+      }
+      float lsum[2] = {0.f, 0.f};
+      uint32_t pa[2][4];  // P as the A fragments of the two 16-token k-steps
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pv = exp2f(s_acc[n][e] - m_use[e >> 1]);
+          lsum[e >> 1] += pv;
+          s_acc[n][e] = pv;
+        }
+        pa[n >> 1][(n & 1) * 2 + 0] = pack_bf16(s_acc[n][0], s_acc[n][1]);
+        pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16(s_acc[n][2], s_acc[n][3]);
+      }
+      l_run[0] = l_run[0] * alpha[0] + lsum[0];
+      l_run[1] = l_run[1] * alpha[1] + lsum[1];
+
+      // ---- O = O * alpha + P V for 16 rows x kColsPerWarp columns ----
+#pragma unroll
+      for (int n = 0; n < C::kNtO; ++n) {
+        acc[n][0] *= alpha[0];
+        acc[n][1] *= alpha[0];
+        acc[n][2] *= alpha[1];
+        acc[n][3] *= alpha[1];
+      }
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        const uint32_t vaddr = tile_addr + v_lane_off + ks * 16 * srow * 2;
+#pragma unroll
+        for (int np = 0; np < C::kNtO / 2; ++np) {
+          uint32_t bb[4];
+          ldsm_x4_t(vaddr + np * 16 * 2, bb);
+          mma_bf16(acc[2 * np], pa[ks], bb[0], bb[1]);
+          mma_bf16(acc[2 * np + 1], pa[ks], bb[2], bb[3]);
+        }
+        if constexpr (C::kNtO % 2 == 1) {  // lanes 0-15 address the last 8 columns
+          uint32_t b0, b1;
+          ldsm_x2_t(vaddr + (C::kNtO - 1) * 8 * 2 - (lane / 16) * 8 * 2, b0, b1);
+          mma_bf16(acc[C::kNtO - 1], pa[ks], b0, b1);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + stage));  // this warp is done with the stage
+    }
+
+    // ---- epilogue: row sums (identical in every warp), normalise, write ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      const int r = g + 8 * h;
+      if (r >= rows) continue;
+      const float l = l_run[h];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
+      if (n_split == 1) {
+        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + warp * C::kColsPerWarp;
+#pragma unroll
+        for (int n = 0; n < C::kNtO; ++n)
+          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + 2 * tq) =
+              __floats2bfloat162_rn(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+        if (warp == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+      } else {
+        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + warp * C::kColsPerWarp;
+#pragma unroll
+        for (int n = 0; n < C::kNtO; ++n)
+          *reinterpret_cast<float2*>(dst + n * 8 + 2 * tq) = make_float2(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+        if (warp == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+      }
+    }
+  }
+}
+
 // One block per (request, row): merges the request's splits by natural-log LSE, in fp32.
 __global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
                                       const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
@@ -430,13 +844,31 @@ void launch_split(const quant::Bf16DecodeParams& p, const Workspace& w, int row_
 }
 
 template <int DC>
+void launch_split_v3(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
+  using C = V3Cfg<DC>;
+  auto kernel = decode_split_v3_kernel<DC>;
+  static bool attr_set = false;  // largest supported d_r (128) sets the ceiling once
+  if (!attr_set) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(C::smem_bytes(DC + 128))),
+               "cudaFuncSetAttribute(max dynamic shared memory, v3)");
+    attr_set = true;
+  }
+  kernel<<<p.num_parts, kV3Threads, C::smem_bytes(DC + p.d_r), stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
+}
+
+template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   const quant::DecodeTileConfig cfg = quant::decode_tile_config(p.s_q, p.heads);
   // Must agree with quant::decode_tile_config (rows, tile tokens, CTAs per SM).
-  if (cfg.rows_per_block == 16)
-    launch_split<DC, 1, 4, 32, 2, 2>(p, w, cfg.row_blocks, stream);  // memory-bound: 4 warps, 2 CTAs/SM
-  else
+  if (cfg.rows_per_block == 16) {
+    if (p.variant == 2)
+      launch_split<DC, 1, 4, 32, 2, 2>(p, w, cfg.row_blocks, stream);  // v2: 4 warps, 2 CTAs/SM
+    else
+      launch_split_v3<DC>(p, w, stream);  // producer warp + 5-stage bulk-copy ring, 1 CTA/SM
+  } else {
     launch_split<DC, 4, 2, 32, 3, 1>(p, w, cfg.row_blocks, stream);  // 8 warps, 64 rows, 1 CTA/SM
+  }
 }
 
 }  // namespace
@@ -453,8 +885,16 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
   return quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
 }
 
+void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
+                               int32_t* offsets, cudaStream_t stream) {
+  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info, offsets);
+  check_cuda(cudaGetLastError(), "schedule launch");
+}
+
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
+  if (p_in.variant < 0 || p_in.variant > 2)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0, 1, 2)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
@@ -463,7 +903,12 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
                      " (need " + std::to_string(need) + " for this shape; see decode_workspace_bytes_for)");
   const Workspace w = carve(p);
   const quant::DecodeTileConfig cfg = quant::decode_tile_config(p.s_q, p.heads);
-  decode_schedule_kernel<<<1, 32, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info, w.offsets);
+  if (p.variant == 1 || p.variant == 2)
+    decode_schedule_legacy_kernel<<<1, 32, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
+                                                         w.offsets);
+  else
+    decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
+                                                             w.offsets);
   check_cuda(cudaGetLastError(), "schedule launch");
   switch (p.d_c) {
     case 32: launch_for_dc<32>(p, w, stream); break;

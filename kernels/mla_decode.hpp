@@ -28,4 +28,9 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p);
 // then launches scheduler, split kernel and combine on `stream`. Launch errors throw mla::Error.
 void mla_decode_bf16(const Bf16DecodeParams& p, cudaStream_t stream);
 
+// The device scheduler alone (for tests: it must equal quant::compute_decode_schedule).
+// seqlens [batch], info [num_parts * quant::kPartInfoInts], offsets [batch + 1]: device memory.
+void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
+                               int32_t* offsets, cudaStream_t stream);
+
 }  // namespace mla::kernels

@@ -18,9 +18,10 @@
 //
 // Split-KV schedule: the work of request b is tiles(b) = max(1, ceil(L_b / tile)) tiles; each
 // of num_parts parts (one CTA column on the GPU) takes a contiguous run of (request, tile)
-// work of about equal cost, counting kFixedCost tiles extra for each request it touches
+// work of about equal cost, counting kFixedCost tiles extra for each request that starts in it
 // (query load + epilogue). A request cut by a part boundary gets one split per part; splits
 // are numbered in walk order, so request b's splits are split_offsets[b] .. split_offsets[b+1]-1.
+// v3: closed form (prefix sums), computed in parallel on the GPU (v2 walked it on one thread).
 // The schedule depends only on seqlens, so it runs on the device (no host sync, graph
 // capturable) and, identically, on the host for the twin.
 #include <cstddef>
@@ -51,13 +52,17 @@ struct Bf16DecodeParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;
+  // GPU only, for timing comparisons: 0 = current kernels (v3); 2 = the v2 kernels and v2
+  // serial one-thread scheduler exactly as committed before v3 (its split points differ from
+  // the twin's: not for correctness checks; pass num_parts = 2 * SMs for <= 16 rows as v2 did);
+  // 1 = the v3 kernels with the v2 scheduler (isolates the scheduler's cost).
+  int variant = 0;
 };
 
 // Tile shape used for a given number of query rows (s_q * heads): <= 16 rows take one 16-row
-// block with 32-token tiles and two CTAs per SM (memory-bound shapes: two CTAs keep twice the
-// bytes in flight and overlap one CTA's math with the other's loads); more rows take 64-row
-// blocks with 32-token tiles, one CTA per SM (compute-bound shapes; the Q block then fills
-// shared memory).
+// block with 32-token tiles, one CTA per SM (v3: a producer warp streams tiles with bulk copies
+// into a 5-stage mbarrier ring, ~150 KB in flight per SM); more rows take 64-row blocks with
+// 32-token tiles, one CTA per SM (compute-bound shapes; the Q block then fills shared memory).
 struct DecodeTileConfig {
   int rows_per_block;
   int tile_tokens;
@@ -66,7 +71,7 @@ struct DecodeTileConfig {
 };
 MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
   const int rows = s_q * heads;
-  if (rows <= 16) return {16, 32, 1, 2};
+  if (rows <= 16) return {16, 32, 1, 1};
   return {64, 32, (rows + 63) / 64, 1};
 }
 
@@ -80,57 +85,87 @@ MLA_HD inline int decode_tiles(int seqlen, int tile) {
   return t > 0 ? t : 1;
 }
 
-// Serial scheduler (one GPU thread or the host). part_info: [num_parts * kPartInfoInts],
-// split_offsets: [batch + 1]. A part with no work has begin == end.
+// Split-KV schedule (v3: closed form, so the GPU computes it with one thread per request).
+// Lay the requests on a line of cost units: request b occupies [S_b, S_b + F + n_b) with its
+// fixed cost F first and its n_b tiles after it (tile k at position S_b + F + k), S_b the
+// exclusive prefix sum of F + n_b. Part p takes the tiles whose position lies in
+// [p P, (p + 1) P), P = ceil(S_batch / num_parts). So a part does at most P tiles; a request
+// is split where a part boundary falls inside its tiles. Splits are numbered by request, then
+// part (= the walk order: part, then request). The same per-request functions run on the
+// host (loops below) and on the GPU (kernels/mla_decode.cu, one thread per request).
+struct DecodeScheduleDims {
+  long long per_part;  // P
+  int num_parts;
+};
+MLA_HD inline long long decode_tile_pos(long long s_b, int k) { return s_b + kFixedCost + k; }
+// Parts holding request b's first and last tile: its split count is last - first + 1.
+MLA_HD inline int decode_first_part(long long s_b, long long per_part) {
+  return static_cast<int>(decode_tile_pos(s_b, 0) / per_part);
+}
+MLA_HD inline int decode_last_part(long long s_b, int n_b, long long per_part) {
+  return static_cast<int>(decode_tile_pos(s_b, n_b - 1) / per_part);
+}
+// Writes the begin (b, t) and first split of every part that starts inside request b's cost
+// interval [s_b, s_b + F + n_b), and the end of the part before each (= its begin). off_b: the
+// request's first split. The caller handles parts past the last request (write_tail_parts).
+MLA_HD inline void decode_write_parts_of_request(int b, long long s_b, int n_b, int off_b,
+                                                 long long per_part, int num_parts,
+                                                 int32_t* part_info) {
+  const long long s_next = s_b + kFixedCost + n_b;
+  const int f_b = decode_first_part(s_b, per_part);
+  long long p0 = (s_b + per_part - 1) / per_part;       // first p with p P >= s_b
+  const long long p1 = (s_next + per_part - 1) / per_part;  // first p with p P >= s_next
+  for (long long pl = p0; pl < p1 && pl < num_parts; ++pl) {
+    const int p = static_cast<int>(pl);
+    const long long into = pl * per_part - s_b - kFixedCost;
+    const int t = into > 0 ? static_cast<int>(into) : 0;  // t < n_b since p P < s_next
+    const int first = off_b + (t > 0 ? static_cast<int>(decode_tile_pos(s_b, t - 1) / per_part) - f_b + 1 : 0);
+    int32_t* info = part_info + p * kPartInfoInts;
+    info[0] = b;
+    info[1] = t;
+    info[4] = first;
+    if (p > 0) {
+      info[-kPartInfoInts + 2] = b;
+      info[-kPartInfoInts + 3] = t;
+    }
+  }
+}
+// Parts p >= first_empty (p P >= total cost) are empty; the last part ends at (batch, 0).
+MLA_HD inline void decode_write_tail_part(int p, int batch, int total_splits, int32_t* part_info) {
+  int32_t* info = part_info + p * kPartInfoInts;
+  info[0] = batch;
+  info[1] = 0;
+  info[4] = total_splits;
+  if (p > 0) {
+    info[-kPartInfoInts + 2] = batch;
+    info[-kPartInfoInts + 3] = 0;
+  }
+}
+
+// The schedule on one thread (the twin; the GPU's fallback for very large batches).
+// part_info: [num_parts * kPartInfoInts], split_offsets: [batch + 1]. A part with no work has
+// begin == end. A part's end (batch, 0) means "through the last request".
 MLA_HD inline void compute_decode_schedule(const int32_t* seqlens, int batch, int tile,
                                            int num_parts, int32_t* part_info,
                                            int32_t* split_offsets) {
   long long total = 0;
+  for (int b = 0; b < batch; ++b) total += decode_tiles(seqlens[b], tile) + kFixedCost;
+  const long long per_part = (total + num_parts - 1) / num_parts;
+  long long s_b = 0;
+  int off = 0;
   for (int b = 0; b < batch; ++b) {
-    total += decode_tiles(seqlens[b], tile) + kFixedCost;
-    split_offsets[b] = 0;
+    const int n_b = decode_tiles(seqlens[b], tile);
+    split_offsets[b] = off;
+    decode_write_parts_of_request(b, s_b, n_b, off, per_part, num_parts, part_info);
+    off += decode_last_part(s_b, n_b, per_part) - decode_first_part(s_b, per_part) + 1;
+    s_b += kFixedCost + n_b;
   }
-  split_offsets[batch] = 0;
-  // Each part boundary that cuts a request costs one more kFixedCost: budget for it, so the
-  // last part (which takes whatever is left) is not overloaded.
-  total += static_cast<long long>(num_parts) * kFixedCost;
-  long long per_part = (total + num_parts - 1) / num_parts;
-  if (per_part < kFixedCost + 1) per_part = kFixedCost + 1;
-  int b = 0, t = 0, split = 0;
-  for (int p = 0; p < num_parts; ++p) {
-    int32_t* info = part_info + p * kPartInfoInts;
-    info[0] = b;
-    info[1] = t;
-    info[4] = split;
-    int end_b = b, end_t = t;
-    const bool last = (p == num_parts - 1);
-    long long budget = per_part;
-    while (b < batch && (last || budget > kFixedCost)) {
-      const int n_tiles = decode_tiles(seqlens[b], tile);
-      int take = n_tiles - t;
-      if (!last && budget - kFixedCost < take) take = static_cast<int>(budget - kFixedCost);
-      split_offsets[b] += 1;  // count now, prefix-sum below
-      ++split;
-      budget -= take + kFixedCost;
-      t += take;
-      end_b = b;
-      end_t = t;
-      if (t == n_tiles) {  // request finished: the next one starts at tile 0
-        ++b;
-        t = 0;
-      }
-    }
-    info[2] = end_b;
-    info[3] = end_t;
-  }
-  // counts -> offsets
-  int run = 0;
-  for (int i = 0; i < batch; ++i) {
-    const int c = split_offsets[i];
-    split_offsets[i] = run;
-    run += c;
-  }
-  split_offsets[batch] = run;
+  split_offsets[batch] = off;
+  const long long first_empty = (total + per_part - 1) / per_part;
+  for (long long p = first_empty; p < num_parts; ++p) decode_write_tail_part(static_cast<int>(p), batch, off, part_info);
+  int32_t* last = part_info + (num_parts - 1) * kPartInfoInts;
+  last[2] = batch;
+  last[3] = 0;
 }
 
 // Default number of parts for a device with sm_count multiprocessors (one CTA per SM).

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <set>
 
 #include "core/error.hpp"
@@ -103,6 +104,46 @@ TEST(DecodeGpu, MemoryBoundShapeLengthsAndPageBoundariesUpTo64K) {
   REQUIRE_GPU();
   run_gpu_case({"H16 dc512 p64", {1, 63, 64, 65, 127, 128, 129, 4096, 65536}, 1, 16, 512, 64, 64}, 101);
 }
+TEST(DecodeGpu, WidestRowsAndMtpOnTheSixteenRowPath) {
+  REQUIRE_GPU();
+  run_gpu_case({"H16 dc512 dr128 (largest ring)", {300, 1000, 31, 32, 33}, 1, 16, 512, 128, 64}, 120);
+  run_gpu_case({"sq2 H8 dc512 (16 rows)", {1, 2, 64, 65, 1000}, 2, 8, 512, 64, 64}, 121);
+  run_gpu_case({"H16 dc256 many short + one long", {5, 1, 33, 70, 9, 20000, 3, 64, 65, 2, 1, 31}, 1, 16, 256, 64, 128}, 122);
+}
+// The parallel device scheduler must produce exactly the host schedule the twin uses.
+TEST(DecodeGpu, DeviceScheduleEqualsHostSchedule) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(123);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int B = trial == 0 ? 1 : 1 + static_cast<int>(rng() % 2000);  // > 512: several scan chunks
+    std::vector<int32_t> L(B);
+    for (auto& l : L) l = (rng() % 5 == 0) ? static_cast<int32_t>(rng() % 70000) : static_cast<int32_t>(rng() % 400);
+    for (int parts : {1, 7, 132, 264}) {
+      for (int tile : {32, 64}) {
+        std::vector<int32_t> info(parts * quant::kPartInfoInts, -7), off(B + 1, -7);
+        quant::compute_decode_schedule(L.data(), B, tile, parts, info.data(), off.data());
+        DevBuf<int32_t> d_L(L), d_info(std::vector<int32_t>(info.size(), -9)), d_off(std::vector<int32_t>(off.size(), -9));
+        kernels::decode_schedule_on_device(d_L.p, B, tile, parts, d_info.p, d_off.p, nullptr);
+        ck(cudaDeviceSynchronize());
+        ASSERT_EQ(d_info.down(), info) << "B=" << B << " parts=" << parts << " tile=" << tile;
+        ASSERT_EQ(d_off.down(), off) << "B=" << B << " parts=" << parts << " tile=" << tile;
+      }
+    }
+  }
+}
+// The v2 kernels stay available for timing comparisons (variant 2): still correct.
+TEST(DecodeGpu, V2VariantStillMatchesFloat64) {
+  REQUIRE_GPU();
+  DecodeCase c = make_decode_case({1, 65, 3000, 700}, 1, 16, 512, 64, 64, 124);
+  DeviceCase d(c, 2 * kernels::decode_parts_for_device(1, 16));
+  d.p.variant = 2;
+  kernels::mla_decode_bf16(d.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  const auto m = model::compare(bf16_to_f64(d.out.down()), reference_decode(c).out);
+  EXPECT_LT(m.rel_l2, kRelL2Tol) << m.summary();
+  EXPECT_LT(m.cos_diff, kCosDiffTol) << m.summary();
+}
+
 TEST(DecodeGpu, ManyHeadsTwoRowBlocks) {
   REQUIRE_GPU();
   run_gpu_case({"H128 dc512 p64", {1, 65, 1000, 5000}, 1, 128, 512, 64, 64}, 102);

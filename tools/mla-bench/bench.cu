@@ -187,6 +187,10 @@ std::string run_bench(const Options& o) {
   p.page_size = o.page;
   p.max_pages = max_pages;
   p.scale = 1.f / std::sqrt(static_cast<float>(192));
+  p.variant = o.variant;
+  // v2 ran <= 16 rows with two CTAs per SM: its default part count was 2 * SMs.
+  if (o.variant == 2 && o.s_q * o.heads <= 16) p.num_parts = 2 * prop.multiProcessorCount;
+  p.num_parts = p.num_parts > 0 ? p.num_parts : kernels::decode_parts_for_device(o.s_q, o.heads);
   const size_t ws_bytes = kernels::decode_workspace_bytes_for(p);
   Dev ws(ws_bytes);
   p.workspace = ws.p;
@@ -199,13 +203,14 @@ std::string run_bench(const Options& o) {
   const double flops = 2.0 * double(total_tokens) * rows * (dim + o.d_c);
   j["shape"] = {{"batch", o.batch}, {"heads", o.heads}, {"d_c", o.d_c}, {"d_r", o.d_r}, {"seqlen", o.seqlen},
                 {"page", o.page}, {"s_q", o.s_q}, {"varied", o.varied}};
+  j["variant"] = o.variant;
   j["decode_us"] = us;
   j["bytes"] = bytes;
   j["flops"] = flops;
   j["gbs"] = bytes / (us * 1e-6) / 1e9;
   j["tflops"] = flops / (us * 1e-6) / 1e12;
-  j["parts"] = kernels::decode_parts_for_device(o.s_q, o.heads);
-  std::printf("decode B=%d H=%d s_q=%d d_c=%d d_r=%d L=%d%s page=%d: %.1f us, %.0f GB/s, %.1f TFLOP/s", o.batch, o.heads,
+  j["parts"] = p.num_parts;
+  std::printf("decode%s B=%d H=%d s_q=%d d_c=%d d_r=%d L=%d%s page=%d: %.1f us, %.0f GB/s, %.1f TFLOP/s", o.variant == 2 ? "[v2]" : (o.variant == 1 ? "[v3+v2sched]" : ""), o.batch, o.heads,
               o.s_q, o.d_c, o.d_r, o.seqlen, o.varied ? " (varied)" : "", o.page, us, j["gbs"].get<double>(),
               j["tflops"].get<double>());
   if (o.ceilings) {

@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# One device call: build the kernel targets, run the GPU tests, then every benchmark shape of
-# docs/benchmarks.md ("Decode kernels"), each with its ceilings measured in the same process.
-# Usage (on the GPU machine, repo root): OUT=/some/dir bash tools/mla-bench/run_device.sh
+# One device call: build the kernel targets, run the GPU tests (kernels + verify-decode through
+# the kernels), then every benchmark shape of docs/benchmarks.md ("Decode kernels"), each with
+# its ceilings measured in the same process. H <= 16 shapes are timed for the current kernels
+# (variant 0 = v3), v3 with the v2 one-thread scheduler (variant 1) and v2 as committed before
+# v3 (variant 2), all in this one call.
+# Usage (on the GPU machine, repo root): OUT=/some/dir bash tools/mla-bench/run_device.sh [quick]
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
+MODE=${1:-full}
 mkdir -p "$OUT" /tmp/mla-json
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv > "$OUT/smi.txt" 2>&1
 cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/build.log" 2>&1 &&
-  cmake --build /tmp/b -j16 --target test_kernels_decode_gpu test_kernels_decode_twin mla-bench >> "$OUT/build.log" 2>&1 ||
+  cmake --build /tmp/b -j16 --target test_kernels_decode_gpu test_kernels_decode_twin test_verify_decode_gpu mla-bench >> "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-/tmp/b/tests/kernels/test_kernels_decode_gpu > "$OUT/gpu_test.log" 2>&1
+timeout 240 /tmp/b/tests/kernels/test_kernels_decode_gpu > "$OUT/gpu_test.log" 2>&1
 echo "gpu test rc=$?"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|vs f64|Failure" "$OUT/gpu_test.log" | head -40
+timeout 180 /tmp/b/tests/verify/test_verify_decode_gpu > "$OUT/verify_gpu.log" 2>&1
+echo "verify-decode gpu test rc=$?"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|\[figure\]|Failure" "$OUT/verify_gpu.log" | head -40
 BENCH=/tmp/b/tools/mla-bench/mla-bench
-run() { local name=$1; shift; $BENCH "$@" --json "/tmp/mla-json/$name.json" 2>&1 | tee -a "$OUT/bench.log"; }
-run h16_l4k   --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --torch-baseline
-run h16_l8k   --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 8192 --page 64 --torch-baseline
-run h16_l32k  --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 32768 --page 64 --torch-baseline
-run h128_l8k  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --torch-baseline
-run tpla_h128_dc256_l8k  --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 8192 --page 64
-run hp_h64_dc512_l8k     --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 8192 --page 64
-run tpla_h128_dc256_l32k --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 32768 --page 64
-run hp_h64_dc512_l32k    --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 32768 --page 64
-run h16_l8k_varied --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 8192 --page 64 --varied
-run h16_l4k_p128   --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 128
-run h16_l4k_mtp    --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --sq 2
+run() { local name=$1; shift; timeout 90 $BENCH "$@" --json "/tmp/mla-json/$name.json" 2>&1 | tee -a "$OUT/bench.log"; }
+H16="--batch 128 --heads 16 --dc 512 --dr 64 --page 64"
+for v in 0 1 2; do
+  tb=""; [ $v = 0 ] && tb="--torch-baseline"
+  run h16_l4k_v$v  $H16 --seqlen 4096 --variant $v $tb
+  run h16_l8k_v$v  $H16 --seqlen 8192 --variant $v $tb
+  run h16_l32k_v$v $H16 --seqlen 32768 --variant $v $tb
+done
+if [ "$MODE" = full ]; then
+  run h128_l8k_v0  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --torch-baseline
+  run h128_l8k_v2  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --variant 2
+  run tpla_h128_dc256_l8k  --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 8192 --page 64
+  run hp_h64_dc512_l8k     --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 8192 --page 64
+  run tpla_h128_dc256_l32k --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 32768 --page 64
+  run hp_h64_dc512_l32k    --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 32768 --page 64
+  run h16_l8k_varied --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 8192 --page 64 --varied
+  run h16_l4k_p128   --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 128
+  run h16_l4k_mtp    --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --sq 2
+  run h16_l4k_mtp_v2 --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --sq 2 --variant 2
+fi
 python3 -c "import json,glob; print(json.dumps({f.split('/')[-1][:-5]: json.load(open(f)) for f in sorted(glob.glob('/tmp/mla-json/*.json'))}, indent=1))" > "$OUT/bench.json"
 echo "=== summary ==="; grep -E "^decode|^pytorch|^ceilings|^device" "$OUT/bench.log"
