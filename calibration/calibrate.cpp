@@ -1,10 +1,17 @@
 #include "calibration/calibrate.hpp"
 
+#include <cblas.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <ctime>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "calibration/capture.hpp"
 #include "core/error.hpp"
@@ -22,6 +29,43 @@ MatrixR normalise_rows(const MatrixR& c, double eps) {
     u.row(t) /= std::sqrt(c.row(t).squaredNorm() / static_cast<double>(c.cols()) + eps);
   }
   return u;
+}
+
+// u = c / rms(c) as float32 rows for the second moment: rms accumulated in float64 with 8
+// independent partial sums (vectorisable), one multiply per element.
+template <typename T>
+void normalise_rows_f(const T* c, int64_t rows, int64_t d, double eps, std::vector<float>& u) {
+  u.resize(static_cast<std::size_t>(rows * d));
+  for (int64_t t = 0; t < rows; ++t) {
+    const T* x = c + t * d;
+    double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8)
+      for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+    double ss = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (; i < d; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+    float* o = u.data() + t * d;
+    for (int64_t k = 0; k < d; ++k) o[k] = static_cast<float>(static_cast<double>(x[k]) * inv);
+  }
+}
+
+// out = u * B (B column-major [d, d], an orthogonal basis) through BLAS dgemm.
+void rotate_rows(const MatrixR& u, const Eigen::MatrixXd& B, MatrixR& out) {
+  out.resize(u.rows(), B.cols());
+  if (u.rows() == 0) return;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(u.rows()),
+              static_cast<int>(B.cols()), static_cast<int>(u.cols()), 1.0, u.data(),
+              static_cast<int>(u.cols()), B.data(), static_cast<int>(B.rows()), 0.0, out.data(),
+              static_cast<int>(B.cols()));
+}
+
+// CPU seconds of the calling thread (per-phase profile in the log; the layer's BLAS runs on
+// this thread when layers run in parallel).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Evenly spread picks of k out of n indices (all when k >= n).
@@ -132,35 +176,77 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   }
 
   const std::vector<double> signs = quant::random_signs(dc, opt.hadamard_seed);
-  std::map<std::string, Eigen::MatrixXd> bases;
-  bases["identity"] = Eigen::MatrixXd::Identity(dc, dc);
-  bases["hadamard"] = quant::hadamard_basis(dc, opt.hadamard_seed);
+  std::map<std::string, Eigen::MatrixXd> fixed_bases;
+  fixed_bases["identity"] = Eigen::MatrixXd::Identity(dc, dc);
+  fixed_bases["hadamard"] = quant::hadamard_basis(dc, opt.hadamard_seed);
   const double scale = cfg.softmax_scale();
+  std::mutex weights_mutex;  // the provider (checkpoint reader) is not assumed thread-safe
 
-  for (int64_t layer : layers) {
+  // Everything of one layer; independent of the other layers (seeds are per layer), so the
+  // layers run on worker threads and the result does not depend on the thread count.
+  auto run_layer = [&](int64_t layer, std::vector<std::string>& warnings) {
+    using clock = std::chrono::steady_clock;
+    const auto t_start = clock::now();
+    const double cpu_start = thread_cpu_seconds();
+    double cpu_read = 0, cpu_norm = 0, cpu_syrk = 0;  // pass-1 profile of latent captures
     spdlog::info("layer {}: pass 1 (second moments, reservoirs)", layer);
-    const model::AttentionWeights w = weights(layer);
+    model::AttentionWeights w;
+    {
+      std::lock_guard<std::mutex> lock(weights_mutex);
+      w = weights(layer);
+    }
+    std::map<std::string, Eigen::MatrixXd> bases = fixed_bases;
     LayerCalibration L;
     L.layer = layer;
     SecondMoment m_fit(dc), m_hold(dc);
     RowReservoir r_fit(opt.reservoir_rows, dc, 1000 + layer), r_hold(opt.reservoir_rows, dc, 2000 + layer);
     std::vector<double> row(dc);
+    std::vector<float> cbuf, kbuf, ubuf;  // reused across sequences (no per-sequence allocation)
+    Eigen::RowVectorXd xr(dc);
     for (std::size_t ci = 0; ci < caps.size(); ++ci) {
       const auto& info = caps[ci]->info();
       for (int64_t s = 0; s < info.sequences; ++s) {
         const bool hold = s >= info.sequences - n_hold[ci];
-        const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
-        (hold ? m_hold : m_fit).collect(normalise_rows(d.c, cfg.rms_norm_eps));
         RowReservoir& r = hold ? r_hold : r_fit;
-        for (int64_t t = 0; t < d.x.rows(); ++t) {
+        if (info.has_hidden) {
+          const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
+          normalise_rows_f(d.c.data(), d.c.rows(), dc, cfg.rms_norm_eps, ubuf);
+          (hold ? m_hold : m_fit).collect_f(ubuf.data(), d.c.rows());
+          for (int64_t t = 0; t < d.x.rows(); ++t) {
+            const int64_t slot = r.offer_slot();
+            if (slot < 0) continue;
+            for (int64_t i = 0; i < dc; ++i) row[i] = d.x(t, i);
+            quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
+            r.store(slot, row.data());
+          }
+          continue;
+        }
+        // Latent capture: float rows straight from HDF5 into reused buffers; k_pe is read
+        // only to be checked finite (pass 1 needs the latent alone).
+        const double c0 = thread_cpu_seconds();
+        caps[ci]->read_rows_f(layer, s, "latent", cbuf);
+        caps[ci]->read_rows_f(layer, s, "k_pe", kbuf);
+        const int64_t T = info.seq_len;
+        const double c1 = thread_cpu_seconds();
+        normalise_rows_f(cbuf.data(), T, dc, cfg.rms_norm_eps, ubuf);
+        const double c2 = thread_cpu_seconds();
+        (hold ? m_hold : m_fit).collect_f(ubuf.data(), T);
+        const double c3 = thread_cpu_seconds();
+        cpu_read += c1 - c0; cpu_norm += c2 - c1; cpu_syrk += c3 - c2;
+        for (int64_t t = 0; t < T; ++t) {
           const int64_t slot = r.offer_slot();
           if (slot < 0) continue;
-          for (int64_t i = 0; i < dc; ++i) row[i] = d.x(t, i);
+          // x = c / rms(c) * gamma in float64, the same operations as load_sequence's.
+          for (int64_t i = 0; i < dc; ++i) xr(i) = cbuf[static_cast<std::size_t>(t * dc + i)];
+          xr /= std::sqrt(xr.squaredNorm() / static_cast<double>(dc) + cfg.rms_norm_eps);
+          for (int64_t i = 0; i < dc; ++i) row[i] = xr(i) * w.kv_a_layernorm(i);
           quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
           r.store(slot, row.data());
         }
       }
     }
+    const auto t_pass1 = clock::now();
+    const double cpu_pass1 = thread_cpu_seconds();
     L.tokens_fit = m_fit.count;
     L.tokens_holdout = m_hold.count;
     L.second_moment = m_fit.finalize();
@@ -180,6 +266,8 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         st.norm_rel_error.assign(g, 0.0);
       }
     }
+    const auto t_eig = clock::now();
+    const double cpu_eig = thread_cpu_seconds();
 
     // ---- pass 2 ----
     spdlog::info("layer {}: pass 2 (slicing errors, mu, FP8 study)", layer);
@@ -192,21 +280,25 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     }
     std::map<std::string, ErrorSums> fp8;
     std::vector<MatrixR> w_uv(H);
-    for (int64_t h = 0; h < H; ++h) w_uv[h] = w.w_uv(cfg, h);
+    if (std::any_of(caps.begin(), caps.end(), [](const auto& c) { return c->info().has_hidden; }))
+      for (int64_t h = 0; h < H; ++h) w_uv[h] = w.w_uv(cfg, h);
     const int64_t budget = std::max<int64_t>(1, opt.pair_sequences / static_cast<int64_t>(caps.size()));
+    std::map<std::string, MatrixR> ub;
     for (std::size_t ci = 0; ci < caps.size(); ++ci) {
       const auto& info = caps[ci]->info();
       const int64_t nfit = info.sequences - n_hold[ci];
       std::vector<std::pair<int64_t, bool>> picks;
-      for (int64_t s : spread(nfit, budget)) picks.push_back({s, false});
+      // Fit sequences serve only the (query, key) pairs: a latent capture has none.
+      if (info.has_hidden) for (int64_t s : spread(nfit, budget)) picks.push_back({s, false});
       for (int64_t s : spread(n_hold[ci], budget)) picks.push_back({nfit + s, true});
       if (n_hold[ci] == 0) for (int64_t s : spread(nfit, budget)) picks.push_back({s, true});
       for (const auto& [s, hold] : picks) {
         const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
         const MatrixR u = normalise_rows(d.c, cfg.rms_norm_eps);
         const int64_t T = u.rows();
-        std::map<std::string, MatrixR> ub;
-        for (const auto& b : basis_names()) ub[b] = u * bases[b];
+        ub["identity"] = u;
+        rotate_rows(u, bases["hadamard"], ub["hadamard"]);
+        rotate_rows(u, bases["pca"], ub["pca"]);
         if (hold) {
           for (const auto& b : basis_names()) {
             for (int g : opt.groups) {
@@ -214,12 +306,17 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
               const auto& f = L.slices[g][b].f;
               for (int k = 0; k < g; ++k) {
                 const double gain = std::sqrt(std::max(0.0, g * f[k]));  // f_k ~ -1e-17 on empty slices
+                double err = 0, ref = 0;
                 for (int64_t t = 0; t < T; ++t) {
                   const auto seg = ub[b].row(t).segment(k * wd, wd);
-                  const double r = std::sqrt(seg.squaredNorm() / static_cast<double>(wd) + cfg.rms_norm_eps);
-                  acc[b].norm_err[g][k] += (seg * (gain / r - 1.0)).squaredNorm();
-                  acc[b].norm_ref[g][k] += seg.squaredNorm();
+                  const double sq = seg.squaredNorm();
+                  const double r = std::sqrt(sq / static_cast<double>(wd) + cfg.rms_norm_eps);
+                  const double a = gain / r - 1.0;
+                  err += a * a * sq;
+                  ref += sq;
                 }
+                acc[b].norm_err[g][k] += err;
+                acc[b].norm_ref[g][k] += ref;
               }
             }
           }
@@ -319,10 +416,58 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
       L.codebook_holdout_mse =
           quant::codebook_mse(L.codebook.levels, std::vector<double>(hs.begin(), hs.end()));
     } else {
-      res.warnings.push_back("layer " + std::to_string(layer) + ": no FP4/Lloyd-Max fit (d_c not a multiple of 32)");
+      warnings.push_back("layer " + std::to_string(layer) + ": no FP4/Lloyd-Max fit (d_c not a multiple of 32)");
     }
     L.sample = r_fit.rows;
-    res.layers.push_back(std::move(L));
+    const auto t_end = clock::now();
+    auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    const double cpu_end = thread_cpu_seconds();
+    spdlog::info("layer {}: wall s (thread CPU s): pass 1 {:.2f} ({:.2f}: read+check {:.2f}, normalise {:.2f}, "
+                 "ssyrk {:.2f}), eigen {:.2f} ({:.2f}), pass 2 + FP4/Lloyd-Max {:.2f} ({:.2f})",
+                 layer, secs(t_start, t_pass1), cpu_pass1 - cpu_start, cpu_read, cpu_norm, cpu_syrk,
+                 secs(t_pass1, t_eig), cpu_eig - cpu_pass1, secs(t_eig, t_end), cpu_end - cpu_eig);
+    return L;
+  };
+
+  // Layers on worker threads; results land in layer order, so the output does not depend on
+  // the thread count (tested). A single layer uses one core.
+  int64_t n_threads = opt.threads > 0 ? opt.threads
+                                      : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  n_threads = std::min<int64_t>(n_threads, static_cast<int64_t>(layers.size()));
+  std::vector<LayerCalibration> done(layers.size());
+  std::vector<std::vector<std::string>> layer_warnings(layers.size());
+  std::vector<std::exception_ptr> errors(layers.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&]() {
+    for (std::size_t i; !failed && (i = next++) < layers.size();) {
+      try {
+        done[i] = run_layer(layers[i], layer_warnings[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  // One BLAS thread per layer, always: LAPACK's dsyevd (PCA) rounds differently with 1 and 2
+  // BLAS threads, so a thread-count-dependent BLAS would make the output depend on --threads.
+  struct BlasThreads {
+    int saved = openblas_get_num_threads();
+    BlasThreads() { openblas_set_num_threads(1); }
+    ~BlasThreads() { openblas_set_num_threads(saved); }
+  } blas_one_thread;
+  if (n_threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (int64_t k = 0; k < n_threads; ++k) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    res.layers.push_back(std::move(done[i]));
+    for (auto& m : layer_warnings[i]) res.warnings.push_back(std::move(m));
   }
 
   // ---- protected layers ----

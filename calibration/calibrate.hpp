@@ -36,6 +36,7 @@ struct CalibrationOptions {
   bool mu_per_head = false;
   int protect_first = 1, protect_last = 1; // layers kept BF16 at either end
   double protect_worst_fraction = 0.1;     // plus this fraction of worst FP4-MSE layers
+  int64_t threads = 0;                     // layer worker threads; 0: all cores (min #layers)
 };
 
 struct SliceStats {

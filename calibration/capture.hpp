@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.hpp"
 #include "io/hdf5.hpp"
@@ -45,10 +46,16 @@ class Capture {
   // Every row is checked finite; a bad row throws InputError naming layer, sequence, token.
   MatrixR read_hidden(int64_t layer, int64_t s) const;
   void read_latent(int64_t layer, int64_t s, MatrixR& c, MatrixR& k_pe) const;
+  // Fast path of pass 1: the float rows of sequence s of `layer_{layer}/{what}` into `out`
+  // (resized to T * width, storage reused between calls), finiteness checked with a
+  // vectorised scan (the slow scan runs only to name the bad element). Thread-safe: HDF5
+  // calls are serialised by a process-wide mutex.
+  void read_rows_f(int64_t layer, int64_t s, const char* what, std::vector<float>& out) const;
 
  private:
   std::string layer_path(int64_t layer, const char* what) const;
   io::h5::File file_;
+  std::shared_ptr<void> raw_;  // raw HDF5 file handle for read_rows_f (capture.cpp)
   std::string split_;
   model::MlaConfig cfg_;
   CaptureInfo info_;

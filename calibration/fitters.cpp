@@ -35,7 +35,9 @@ std::vector<double> energy_fractions(const MatrixR& m, const Eigen::MatrixXd& u,
   if (tr <= 0) return f;
   for (int k = 0; k < g; ++k) {
     const auto uk = u.middleCols(k * w, w);
-    f[k] = (uk.transpose() * m * uk).trace() / tr;
+    // M is positive semi-definite, so f_k >= 0; an empty slice (rank-deficient M, e.g. layer 0
+    // of tiny-v2) comes out as -1e-17 from rounding, which mla-convert rightly refuses.
+    f[k] = std::max(0.0, (uk.transpose() * m * uk).trace() / tr);
   }
   return f;
 }

@@ -16,6 +16,23 @@ void SecondMoment::collect(const MatrixR& u) {
   count += u.rows();
 }
 
+void SecondMoment::collect_f(const float* u, int64_t rows) {
+  if (rows <= 0) return;
+  const int d = static_cast<int>(sum.cols());
+  thread_local std::vector<float> blk;  // one [d, d] block sum per thread, reused
+  blk.resize(static_cast<std::size_t>(d) * d);
+  for (int64_t r0 = 0; r0 < rows; r0 += kFloatBlock) {
+    const int n = static_cast<int>(std::min<int64_t>(kFloatBlock, rows - r0));
+    cblas_ssyrk(CblasRowMajor, CblasLower, CblasTrans, d, n, 1.0f, u + r0 * d, d, 0.0f, blk.data(), d);
+    for (int i = 0; i < d; ++i) {
+      double* dst = sum.data() + static_cast<std::ptrdiff_t>(i) * d;
+      const float* src = blk.data() + static_cast<std::ptrdiff_t>(i) * d;
+      for (int j = 0; j <= i; ++j) dst[j] += static_cast<double>(src[j]);
+    }
+  }
+  count += rows;
+}
+
 void SecondMoment::merge(const SecondMoment& o) {
   sum += o.sum;
   count += o.count;
@@ -47,19 +64,36 @@ void RowReservoir::store(int64_t slot, const double* row) {
 
 void RowReservoir::merge(const RowReservoir& o) {
   if (o.seen == 0) return;
-  std::vector<float> out;
-  const int64_t total = seen + o.seen;
-  const int64_t n = std::min<int64_t>(capacity, size() + o.size());
-  int64_t ia = 0, ib = 0;
+  const int64_t na_have = size(), nb_have = o.size();
+  const int64_t n = std::min<int64_t>(capacity, na_have + nb_have);
+  // How many rows come from each side: n draws without replacement from the union of the two
+  // streams (seen and o.seen rows), i.e. a hypergeometric split; capped by what each side kept.
+  int64_t ra = seen, rb = o.seen, na = 0, nb = 0;
   for (int64_t k = 0; k < n; ++k) {
-    const bool take_a = ib >= o.size() ||
-                        (ia < size() && static_cast<int64_t>(rng() % total) < seen);
-    const auto& src = take_a ? rows : o.rows;
-    const int64_t idx = take_a ? ia++ : ib++;
-    out.insert(out.end(), src.begin() + idx * width, src.begin() + (idx + 1) * width);
+    bool take_a;
+    if (na == na_have) take_a = false;
+    else if (nb == nb_have) take_a = true;
+    else take_a = static_cast<int64_t>(rng() % static_cast<uint64_t>(ra + rb)) < ra;
+    if (take_a) { ++na; --ra; } else { ++nb; --rb; }
   }
+  // Which rows: a uniform subset of each side's slots (partial Fisher-Yates). Slots are not
+  // exchangeable by position (early slots of a barely-full reservoir hold early rows), so a
+  // prefix would bias the sample.
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(n * width));
+  auto pick = [&](const std::vector<float>& src, int64_t have, int64_t take) {
+    std::vector<int64_t> idx(static_cast<std::size_t>(have));
+    for (int64_t i = 0; i < have; ++i) idx[i] = i;
+    for (int64_t i = 0; i < take; ++i) {
+      const int64_t j = i + static_cast<int64_t>(rng() % static_cast<uint64_t>(have - i));
+      std::swap(idx[i], idx[j]);
+      out.insert(out.end(), src.begin() + idx[i] * width, src.begin() + (idx[i] + 1) * width);
+    }
+  };
+  pick(rows, na_have, na);
+  pick(o.rows, nb_have, nb);
   rows = std::move(out);
-  seen = total;
+  seen += o.seen;
 }
 
 double FitSums::r2(double mu) const {

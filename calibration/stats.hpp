@@ -15,8 +15,14 @@ struct SecondMoment {
   MatrixR sum;  // [d_c, d_c]
   int64_t count = 0;
   explicit SecondMoment(int64_t d = 0) : sum(MatrixR::Zero(d, d)) {}
-  // u: [T, d_c] normalised rows.
+  // u: [T, d_c] normalised rows (float64 dsyrk).
   void collect(const MatrixR& u);
+  // u: `rows` float32 rows of width d_c, row-major. Blocks of at most kFloatBlock rows go
+  // through BLAS ssyrk into a float32 block sum that is then added to the float64 `sum`:
+  // twice the throughput of dsyrk and half the bytes, with float32 rounding confined to
+  // sums of <= 4096 products (relative error ~1e-6 on the entries; docs/calibration.md).
+  static constexpr int64_t kFloatBlock = 4096;
+  void collect_f(const float* u, int64_t rows);
   void merge(const SecondMoment& o);
   // E[u u^T] (symmetric), zero when empty.
   MatrixR finalize() const;
@@ -34,7 +40,9 @@ struct RowReservoir {
   // row is not kept, so callers transform only the rows that are kept).
   int64_t offer_slot();
   void store(int64_t slot, const double* row);
-  // Merges another reservoir: each slot is drawn from either side in proportion to `seen`.
+  // Merges another reservoir (same width): min(capacity, both sizes) rows, split between the
+  // sides as n draws without replacement from the two streams (in proportion to `seen`), each
+  // side's rows a uniform subset of its slots. `seen` adds. Deterministic for fixed seeds.
   void merge(const RowReservoir& o);
 };
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <algorithm>
 #include <random>
 
 #include "calibration/calibrate.hpp"
@@ -201,4 +202,151 @@ TEST(Calibration, ClearErrors) {
   opt.captures = {(dir / "empty.h5").string()};
   try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
   catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what(); }
+}
+
+// ---- RowReservoir::merge and merged captures ----
+
+namespace {
+// A reservoir of width-1 rows fed 0, 1, ..., n-1 (+ offset).
+RowReservoir fed(int64_t cap, int64_t n, float offset, uint64_t seed) {
+  RowReservoir r(cap, 1, seed);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t slot = r.offer_slot();
+    const double v = offset + static_cast<double>(i);
+    if (slot >= 0) r.store(slot, &v);
+  }
+  return r;
+}
+}  // namespace
+
+TEST(RowReservoir, MergeUnderCapacityKeepsTheUnion) {
+  RowReservoir a = fed(10, 3, 0, 1);
+  const RowReservoir b = fed(10, 4, 100, 2);
+  a.merge(b);
+  EXPECT_EQ(a.seen, 7);
+  ASSERT_EQ(a.size(), 7);
+  std::vector<float> got = a.rows;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<float>{0, 1, 2, 100, 101, 102, 103}));
+  // Merging an empty reservoir changes nothing; merging into an empty one copies.
+  const RowReservoir empty(10, 1, 3);
+  a.merge(empty);
+  EXPECT_EQ(a.size(), 7);
+  RowReservoir e2(10, 1, 4);
+  e2.merge(a);
+  EXPECT_EQ(e2.size(), 7);
+  EXPECT_EQ(e2.seen, 7);
+}
+
+TEST(RowReservoir, MergeIsProportionalAndUniform) {
+  // A saw 900 rows, B 100: a merged sample of 64 takes ~90% from A (hypergeometric mean 57.6),
+  // and A's rows are a uniform sample of 0..899 (mean 449.5).
+  double from_a = 0, mean_a = 0;
+  int64_t n_a = 0;
+  const int trials = 300;
+  for (int k = 0; k < trials; ++k) {
+    RowReservoir a = fed(64, 900, 0, 10 + k);
+    a.merge(fed(64, 100, 10000, 5000 + k));
+    ASSERT_EQ(a.size(), 64);
+    EXPECT_EQ(a.seen, 1000);
+    for (float v : a.rows) {
+      if (v < 10000) { from_a += 1; mean_a += v; ++n_a; }
+    }
+  }
+  EXPECT_NEAR(from_a / trials, 57.6, 1.0);
+  EXPECT_NEAR(mean_a / static_cast<double>(n_a), 449.5, 12.0);
+}
+
+TEST(RowReservoir, MergeDoesNotFavourEarlySlots) {
+  // Barely-full reservoirs (80 rows into 64 slots) hold row i in slot i with probability ~0.8,
+  // so taking a prefix of the slots would give a mean near 27 instead of the uniform 39.5.
+  double sum = 0;
+  int64_t n = 0;
+  for (int k = 0; k < 300; ++k) {
+    RowReservoir a = fed(64, 80, 0, 100 + k);
+    a.merge(fed(64, 80, 10000, 9000 + k));
+    for (float v : a.rows)
+      if (v < 10000) { sum += v; ++n; }
+  }
+  EXPECT_NEAR(sum / static_cast<double>(n), 39.5, 2.5);
+}
+
+TEST(Calibration, SeveralCapturesMergeIntoOneCalibration) {
+  const auto cfg = cfg64();
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 10; spec.seq_len = 64;
+  std::vector<double> sc(64);
+  for (int i = 0; i < 64; ++i) sc[i] = 1.0 + 0.05 * i;
+  spec.channel_scale = sc;
+  spec.seed = 1;
+  write_synthetic_capture((dir / "ma.h5").string(), cfg, spec);
+  spec.seed = 2;
+  spec.sequences = 20;
+  std::reverse(sc.begin(), sc.end());  // a different covariance, so the merge weights matter
+  spec.channel_scale = sc;
+  write_synthetic_capture((dir / "mb.h5").string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {(dir / "ma.h5").string()};
+  const auto ra = calibrate(cfg, gamma_one(cfg), "fp", opt);
+  opt.captures = {(dir / "mb.h5").string()};
+  const auto rb = calibrate(cfg, gamma_one(cfg), "fp", opt);
+  opt.captures = {(dir / "ma.h5").string(), (dir / "mb.h5").string()};
+  const auto rm = calibrate(cfg, gamma_one(cfg), "fp", opt);
+  const auto &A = ra.layers[0], &B = rb.layers[0], &M = rm.layers[0];
+  // Held-out = last 10% of the sequences of each capture: 1 of 10, 2 of 20.
+  EXPECT_EQ(A.tokens_fit, 9 * 64);
+  EXPECT_EQ(B.tokens_fit, 18 * 64);
+  EXPECT_EQ(M.tokens_fit, A.tokens_fit + B.tokens_fit);
+  EXPECT_EQ(M.tokens_holdout, A.tokens_holdout + B.tokens_holdout);
+  const MatrixR want = (static_cast<double>(A.tokens_fit) * A.second_moment +
+                        static_cast<double>(B.tokens_fit) * B.second_moment) /
+                       static_cast<double>(A.tokens_fit + B.tokens_fit);
+  EXPECT_LT((M.second_moment - want).cwiseAbs().maxCoeff(), 1e-6);
+  EXPECT_GT((A.second_moment - B.second_moment).cwiseAbs().maxCoeff(), 0.1);  // the test can fail
+  ASSERT_EQ(rm.capture_sources.size(), 2u);
+  EXPECT_EQ(M.sample.size(), 0u);  // released after the global fits
+  EXPECT_GT(M.fp4.c_rounded, 0.0);
+}
+
+TEST(Calibration, OutputDoesNotDependOnThreadCount) {
+  auto cfg = cfg64();
+  cfg.num_hidden_layers = 3;
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 10; spec.seq_len = 64; spec.num_layers = 3;
+  write_synthetic_capture((dir / "thr.h5").string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {(dir / "thr.h5").string()};
+  opt.threads = 1;
+  write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "t1.h5").string());
+  opt.threads = 2;
+  write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "t2.h5").string());
+  EXPECT_EQ(slurp(dir / "t1.h5"), slurp(dir / "t2.h5"));
+}
+
+TEST(Calibration, InfInKPeIsNamed) {
+  const auto cfg = cfg64();
+  const fs::path dir = tmpdir();
+  {
+    auto f = io::h5::File::create(dir / "inf.h5");
+    auto& r = f.root();
+    r.set_attr("schema", "mla-capture/1");
+    r.set_attr("num_layers", int64_t{1});
+    r.set_attr("hidden_size", cfg.hidden_size);
+    std::vector<int32_t> tok(4 * 16, 1);
+    r.write<int32_t>("calib/tokens", {4, 16}, tok.data());
+    std::vector<float> lat(4 * 16 * 64, 1.0f), kpe(4 * 16 * cfg.qk_rope_head_dim, 0.0f);
+    kpe[(3 * 16 + 9) * cfg.qk_rope_head_dim + 1] = -INFINITY;
+    r.write<float>("calib/layer_00/latent", {4, 16, 64}, lat.data());
+    r.write<float>("calib/layer_00/k_pe", {4, 16, static_cast<uint64_t>(cfg.qk_rope_head_dim)}, kpe.data());
+  }
+  CalibrationOptions opt;
+  opt.captures = {(dir / "inf.h5").string()};
+  opt.allow_few_tokens = true;
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer_00/k_pe sequence 3 token 9 column 1 is Inf"), std::string::npos) << m;
+  }
 }
