@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -524,22 +525,31 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
                   done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
     }
   };
+  // Input files are hashed on the side while the workers convert (the hash is I/O + one core,
+  // the conversion mostly waits on writes).
+  std::future<nlohmann::json> input_hashes = std::async(std::launch::async, [&] {
+    std::vector<fs::path> in_files = ckpt.files();
+    in_files.push_back(o.input / "config.json");
+    if (fs::exists(o.input / io::kIndexFileName)) in_files.push_back(o.input / io::kIndexFileName);
+    std::sort(in_files.begin(), in_files.end());
+    nlohmann::json inputs = nlohmann::json::array();
+    for (const auto& f : in_files)
+      inputs.push_back({{"file", f.filename().string()}, {"bytes", fs::file_size(f)}, {"sha256", io::sha256_file(f)}});
+    return inputs;
+  });
   const int nthreads = std::max(1, o.threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
+  if (error) {
+    input_hashes.wait();
+    std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
+  }
   for (auto& rw : w.ranks) rw->finish();
 
   // Provenance, configs, hashes, manifest.
-  spdlog::info("hashing inputs and outputs (SHA-256)");
-  nlohmann::json inputs = nlohmann::json::array();
-  std::vector<fs::path> in_files = ckpt.files();
-  in_files.push_back(o.input / "config.json");
-  if (fs::exists(o.input / io::kIndexFileName)) in_files.push_back(o.input / io::kIndexFileName);
-  std::sort(in_files.begin(), in_files.end());
-  for (const auto& f : in_files)
-    inputs.push_back({{"file", f.filename().string()}, {"bytes", fs::file_size(f)}, {"sha256", io::sha256_file(f)}});
+  spdlog::info("hashing outputs (SHA-256)");
+  const nlohmann::json inputs = input_hashes.get();
   const nlohmann::json opts = options_json(o, res.g, p.calib_sha256);
   const nlohmann::json provenance = {{"tool", kToolName}, {"version", MLA_VERSION_STRING},
                                      {"checkpoint_fingerprint", p.fingerprint}, {"options", opts},
