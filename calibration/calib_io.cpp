@@ -67,6 +67,7 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
     root.set_attr("hadamard_convention", "U = D H / sqrt(d_c), D = diag(signs of mt19937_64(seed)), "
                                          "rotated latent U^T c (lib/quant/hadamard.hpp)");
     root.set_attr("holdout_fraction", r.holdout_fraction);
+    root.set_attr("second_moment_accumulation", r.second_moment_accumulation);
     root.set_attr("tool_version", MLA_VERSION_STRING);
     int64_t tf = 0, th = 0;
     for (const auto& L : r.layers) { tf += L.tokens_fit; th += L.tokens_holdout; }
@@ -145,6 +146,7 @@ std::string calib_summary_json(const CalibrationResult& r) {
   j["checkpoint_fingerprint"] = r.checkpoint_fingerprint;
   j["capture_sources"] = r.capture_sources;
   j["hadamard_seed"] = r.hadamard_seed;
+  j["second_moment_accumulation"] = r.second_moment_accumulation;
   j["warnings"] = r.warnings;
   for (const auto& L : r.layers) {
     nlohmann::ordered_json l;

@@ -33,8 +33,8 @@ MatrixR normalise_rows(const MatrixR& c, double eps) {
 
 // u = c / rms(c) as float32 rows for the second moment: rms accumulated in float64 with 8
 // independent partial sums (vectorisable), one multiply per element.
-template <typename T>
-void normalise_rows_f(const T* c, int64_t rows, int64_t d, double eps, std::vector<float>& u) {
+template <typename T, typename U>
+void normalise_rows_f(const T* c, int64_t rows, int64_t d, double eps, std::vector<U>& u) {
   u.resize(static_cast<std::size_t>(rows * d));
   for (int64_t t = 0; t < rows; ++t) {
     const T* x = c + t * d;
@@ -45,8 +45,8 @@ void normalise_rows_f(const T* c, int64_t rows, int64_t d, double eps, std::vect
     double ss = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
     for (; i < d; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
-    float* o = u.data() + t * d;
-    for (int64_t k = 0; k < d; ++k) o[k] = static_cast<float>(static_cast<double>(x[k]) * inv);
+    U* o = u.data() + t * d;
+    for (int64_t k = 0; k < d; ++k) o[k] = static_cast<U>(static_cast<double>(x[k]) * inv);
   }
 }
 
@@ -137,6 +137,9 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   res.num_heads = H;
   res.hadamard_seed = opt.hadamard_seed;
   res.holdout_fraction = opt.holdout_fraction;
+  res.second_moment_accumulation = opt.exact_moment
+      ? "float64 dsyrk"
+      : "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
   res.groups = opt.groups;
   int64_t fit_tokens = 0;
   std::vector<int64_t> n_hold;
@@ -188,7 +191,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     using clock = std::chrono::steady_clock;
     const auto t_start = clock::now();
     const double cpu_start = thread_cpu_seconds();
-    double cpu_read = 0, cpu_norm = 0, cpu_syrk = 0;  // pass-1 profile of latent captures
+    double cpu_read = 0, cpu_moment = 0;  // pass-1 profile of latent captures
     spdlog::info("layer {}: pass 1 (second moments, reservoirs)", layer);
     model::AttentionWeights w;
     {
@@ -202,6 +205,17 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     RowReservoir r_fit(opt.reservoir_rows, dc, 1000 + layer), r_hold(opt.reservoir_rows, dc, 2000 + layer);
     std::vector<double> row(dc);
     std::vector<float> cbuf, kbuf, ubuf;  // reused across sequences (no per-sequence allocation)
+    std::vector<double> ubuf64;           // --exact-moment: float64 rows for dsyrk
+    // Second-moment update from the latent rows c [T, d_c] of one sequence.
+    auto accumulate = [&](const auto* c, int64_t T, SecondMoment& m) {
+      if (opt.exact_moment) {
+        normalise_rows_f(c, T, dc, cfg.rms_norm_eps, ubuf64);
+        m.collect(Eigen::Map<const MatrixR>(ubuf64.data(), T, dc));
+      } else {
+        normalise_rows_f(c, T, dc, cfg.rms_norm_eps, ubuf);
+        m.collect_f(ubuf.data(), T);
+      }
+    };
     Eigen::RowVectorXd xr(dc);
     for (std::size_t ci = 0; ci < caps.size(); ++ci) {
       const auto& info = caps[ci]->info();
@@ -210,8 +224,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         RowReservoir& r = hold ? r_hold : r_fit;
         if (info.has_hidden) {
           const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
-          normalise_rows_f(d.c.data(), d.c.rows(), dc, cfg.rms_norm_eps, ubuf);
-          (hold ? m_hold : m_fit).collect_f(ubuf.data(), d.c.rows());
+          accumulate(d.c.data(), d.c.rows(), hold ? m_hold : m_fit);
           for (int64_t t = 0; t < d.x.rows(); ++t) {
             const int64_t slot = r.offer_slot();
             if (slot < 0) continue;
@@ -228,11 +241,9 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         caps[ci]->read_rows_f(layer, s, "k_pe", kbuf);
         const int64_t T = info.seq_len;
         const double c1 = thread_cpu_seconds();
-        normalise_rows_f(cbuf.data(), T, dc, cfg.rms_norm_eps, ubuf);
+        accumulate(cbuf.data(), T, hold ? m_hold : m_fit);
         const double c2 = thread_cpu_seconds();
-        (hold ? m_hold : m_fit).collect_f(ubuf.data(), T);
-        const double c3 = thread_cpu_seconds();
-        cpu_read += c1 - c0; cpu_norm += c2 - c1; cpu_syrk += c3 - c2;
+        cpu_read += c1 - c0; cpu_moment += c2 - c1;
         for (int64_t t = 0; t < T; ++t) {
           const int64_t slot = r.offer_slot();
           if (slot < 0) continue;
@@ -297,7 +308,10 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         const MatrixR u = normalise_rows(d.c, cfg.rms_norm_eps);
         const int64_t T = u.rows();
         ub["identity"] = u;
-        rotate_rows(u, bases["hadamard"], ub["hadamard"]);
+        // Hadamard basis: u U = (U^T u^T)^T, the O(d log d) fast transform per row.
+        ub["hadamard"] = u;
+        for (int64_t t = 0; t < T; ++t)
+          quant::hadamard_rotate_inplace(ub["hadamard"].row(t).data(), static_cast<std::size_t>(dc), signs.data());
         rotate_rows(u, bases["pca"], ub["pca"]);
         if (hold) {
           for (const auto& b : basis_names()) {
@@ -422,9 +436,9 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     const auto t_end = clock::now();
     auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     const double cpu_end = thread_cpu_seconds();
-    spdlog::info("layer {}: wall s (thread CPU s): pass 1 {:.2f} ({:.2f}: read+check {:.2f}, normalise {:.2f}, "
-                 "ssyrk {:.2f}), eigen {:.2f} ({:.2f}), pass 2 + FP4/Lloyd-Max {:.2f} ({:.2f})",
-                 layer, secs(t_start, t_pass1), cpu_pass1 - cpu_start, cpu_read, cpu_norm, cpu_syrk,
+    spdlog::info("layer {}: wall s (thread CPU s): pass 1 {:.2f} ({:.2f}: read+check {:.2f}, normalise+"
+                 "syrk {:.2f}), eigen {:.2f} ({:.2f}), pass 2 + FP4/Lloyd-Max {:.2f} ({:.2f})",
+                 layer, secs(t_start, t_pass1), cpu_pass1 - cpu_start, cpu_read, cpu_moment,
                  secs(t_pass1, t_eig), cpu_eig - cpu_pass1, secs(t_eig, t_end), cpu_end - cpu_eig);
     return L;
   };

@@ -36,6 +36,7 @@ struct CalibrationOptions {
   bool mu_per_head = false;
   int protect_first = 1, protect_last = 1; // layers kept BF16 at either end
   double protect_worst_fraction = 0.1;     // plus this fraction of worst FP4-MSE layers
+  bool exact_moment = false;               // float64 dsyrk instead of float32 ssyrk blocks (~2x pass 1)
   int64_t threads = 0;                     // layer worker threads; 0: all cores (min #layers)
 };
 
@@ -78,6 +79,7 @@ struct CalibrationResult {
   std::vector<std::string> capture_sources, corpus_sha256;
   uint64_t hadamard_seed = 0;
   double holdout_fraction = 0;
+  std::string second_moment_accumulation;  // provenance: "float32 ssyrk blocks of 4096 rows" / "float64 dsyrk"
   std::vector<int> groups;
   std::vector<LayerCalibration> layers;
   Fp4ConstantFit global_fp4;

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--pair-sequences", o.calib.pair_sequences, "sequences per part for mu/FP8 (8)");
   app.add_option("--queries", o.calib.queries_per_sequence, "query positions per such sequence (8)");
   app.add_option("--threads", o.calib.threads, "layers calibrated in parallel (0: all cores); output does not depend on it");
+  app.add_flag("--exact-moment", o.calib.exact_moment, "second moment in float64 (dsyrk, ~2x slower pass 1) instead of float32 blocks");
   app.add_flag("--mu-per-head", o.calib.mu_per_head, "also fit mu per head");
   app.add_option("--protect-first", o.calib.protect_first, "first n layers kept BF16 (1)");
   app.add_option("--protect-last", o.calib.protect_last, "last n layers kept BF16 (1)");
