@@ -14,6 +14,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -99,6 +100,19 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+
+// Programmatic dependent launch: a kernel launched with the PDL attribute may start while the
+// previous kernel in the stream runs; griddep_wait() blocks until that kernel has completed and
+// its memory is visible (a no-op without the attribute).
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// Diagnostics of the v3 ring (variant 3 only): [0] consumer-warp cycles in tile loops, [1] of
+// which waiting for a full stage, [2] producer cycles in its loop, [3] of which waiting for an
+// empty stage. Summed over warps (lane 0) and runs.
+__device__ unsigned long long g_v3_diag[4];
 
 // Source of the rows of a tile past the request's length (or of a tile with a bad page id):
 // zeros, so NaN-poisoned page tails never reach P.V. d_c + d_r <= 640.
@@ -188,6 +202,7 @@ __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const in
                                                                         int32_t* offsets) {
   using Scan = cub::BlockScan<long long, kSchedThreads>;
   __shared__ typename Scan::TempStorage tmp;
+  griddep_launch_dependents();  // the split kernel may start its prologue; it waits for us
   const int tid = threadIdx.x;
   long long mine = 0;
   for (int b = tid; b < batch; b += kSchedThreads) mine += quant::decode_tiles(seqlens[b], tile) + quant::kFixedCost;
@@ -252,6 +267,7 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
                         float* __restrict__ lse_acc) {
   using C = SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  griddep_wait();  // the schedule (previous kernel) is complete from here on
   const int dim = DC + p.d_r;
   const int srow = dim + 8;
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kRows][srow]
@@ -493,8 +509,9 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
 }
 
 // ---- v3 split kernel for <= 16 query rows (memory-bound decode, H <= 16) ----
-// One CTA per SM: 4 consumer warps + 1 producer warp. The producer walks the part's (request,
-// tile) run and streams each 32-token tile into a kV3Stages-deep shared-memory ring with one
+// Two CTAs per SM (v3b; v3a ran one CTA with 5 stages and was bound by its 4 consumer warps),
+// each 4 consumer warps + 1 producer warp. The producer walks the part's (request,
+// tile) run and streams each 32-token tile into a STAGES-deep shared-memory ring with one
 // bulk copy per token row (cp.async.bulk, completing on the stage's "full" mbarrier; rows past
 // the request's length copy a zero row); consumers release a stage through its "empty"
 // mbarrier. The ring runs across segment boundaries, so the next request's tiles are already
@@ -507,28 +524,28 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
 constexpr int kV3Consumers = 4;
 constexpr int kV3Threads = 32 * (kV3Consumers + 1);
 constexpr int kV3BN = 32;
-constexpr int kV3Stages = 5;
+constexpr int kV3Stages = 2;  // per CTA, two CTAs per SM (v3b); v3a had 5 stages and one CTA per SM
 constexpr int kV3PartFloats = 2 * kV3Consumers * 4 * 32 * 4;  // [2 buffers][warp][n-tile][lane][4]
 constexpr int kV3Header = 128;                                  // mbarriers: full[S], empty[S]
 
-template <int DC>
+template <int DC, int STAGES = kV3Stages>
 struct V3Cfg {
   static constexpr int kColsPerWarp = DC / kV3Consumers;
   static constexpr int kNtO = kColsPerWarp / 8;
   static constexpr int kKPerWarp = ((DC + 128) / 16 + kV3Consumers - 1) / kV3Consumers;
   static_assert(kNtO >= 1, "d_c >= 32");
   static constexpr size_t smem_bytes(int dim) {
-    return kV3Header + kV3PartFloats * sizeof(float) + static_cast<size_t>(kV3Stages) * kV3BN * (dim + 8) * 2;
+    return kV3Header + kV3PartFloats * sizeof(float) + static_cast<size_t>(STAGES) * kV3BN * (dim + 8) * 2;
   }
 };
 
-template <int DC>
-__global__ void __launch_bounds__(kV3Threads, 1)
+template <int DC, int STAGES, int MIN_CTAS>
+__global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
     decode_split_v3_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ info,
                            const int32_t* __restrict__ offsets, float* __restrict__ o_acc,
                            float* __restrict__ lse_acc) {
-  using C = V3Cfg<DC>;
-  constexpr int BN = kV3BN, S = kV3Stages;
+  using C = V3Cfg<DC, STAGES>;
+  constexpr int BN = kV3BN, S = STAGES;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t bar0 = smem_u32(smem_raw);  // full[s] = bar0 + 8 s, empty[s] = bar0 + 8 (S + s)
   float4* sPart = reinterpret_cast<float4*>(smem_raw + kV3Header);
@@ -545,6 +562,9 @@ __global__ void __launch_bounds__(kV3Threads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  griddep_wait();  // the schedule (previous kernel) is complete from here on
+  const bool diag = p.variant == 3;
+  long long diag_wait = 0, diag_t0 = diag ? clock64() : 0;
 
   const int32_t* in = info + blockIdx.x * kPartInfoInts;
   const int b_begin = in[0], t_begin = in[1], end_b = in[2], end_t = in[3];
@@ -559,7 +579,9 @@ __global__ void __launch_bounds__(kV3Threads, 1)
       const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
       for (int ti = t; ti < stop; ++ti, ++it) {
         const int stage = it % S;
+        const long long w0 = diag ? clock64() : 0;
         mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+        if (diag) diag_wait += clock64() - w0;
         const int j0 = ti * BN;
         const bf16* base = nullptr;
         int valid = 0;
@@ -579,6 +601,10 @@ __global__ void __launch_bounds__(kV3Threads, 1)
                                        : static_cast<const void*>(g_zero_row);
         bulk_g2s(smem_u32(sK + (stage * BN + lane) * srow), src, static_cast<uint32_t>(dim * 2), bar0 + 8 * stage);
       }
+    }
+    if (diag && lane == 0) {
+      atomicAdd(&g_v3_diag[2], static_cast<unsigned long long>(clock64() - diag_t0));
+      atomicAdd(&g_v3_diag[3], static_cast<unsigned long long>(diag_wait));
     }
     return;
   }
@@ -629,7 +655,9 @@ __global__ void __launch_bounds__(kV3Threads, 1)
 
     for (int ti = t; ti < stop; ++ti, ++it) {
       const int stage = it % S;
+      const long long w0 = diag ? clock64() : 0;
       mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+      if (diag) diag_wait += clock64() - w0;
       const uint32_t tile_addr = smem_u32(sK + stage * BN * srow);
 
       // ---- partial S = Q K^T over this warp's k-steps, 16 rows x 32 tokens ----
@@ -764,11 +792,16 @@ __global__ void __launch_bounds__(kV3Threads, 1)
       }
     }
   }
+  if (diag && lane == 0) {
+    atomicAdd(&g_v3_diag[0], static_cast<unsigned long long>(clock64() - diag_t0));
+    atomicAdd(&g_v3_diag[1], static_cast<unsigned long long>(diag_wait));
+  }
 }
 
 // One block per (request, row): merges the request's splits by natural-log LSE, in fp32.
 __global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
                                       const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
+  griddep_wait();  // the split kernel's partials are complete from here on
   const int b = blockIdx.x, r = blockIdx.y;
   const int s0 = offsets[b], s1 = offsets[b + 1];
   if (s1 - s0 <= 1) return;  // written directly by the split kernel
@@ -805,6 +838,26 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(std::string("mla decode: ") + what + ": " + cudaGetErrorString(e));
 }
 
+// Launches kernel on `stream`; with pdl, as a programmatic dependent launch (it may start while
+// the previous kernel runs and calls griddep_wait() before reading that kernel's output).
+template <class... Exp, class... Act>
+void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, const char* what,
+            Act&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
+}
+// Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
+bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || p.variant == 3 || p.variant == 4; }
+
 struct Workspace {
   int32_t* info;
   int32_t* offsets;
@@ -839,14 +892,15 @@ void launch_split(const quant::Bf16DecodeParams& p, const Workspace& w, int row_
                "cudaFuncSetAttribute(max dynamic shared memory)");
     attr_set = true;
   }
-  kernel<<<dim3(p.num_parts, row_blocks), C::kThreads, C::smem_bytes(DC + p.d_r), stream>>>(p, w.info, w.offsets,
-                                                                                          w.o_acc, w.lse_acc);
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(C::kThreads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
+         "split kernel launch", p, static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc,
+         w.lse_acc);
 }
 
-template <int DC>
+template <int DC, int STAGES, int MIN_CTAS>
 void launch_split_v3(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
-  using C = V3Cfg<DC>;
-  auto kernel = decode_split_v3_kernel<DC>;
+  using C = V3Cfg<DC, STAGES>;
+  auto kernel = decode_split_v3_kernel<DC, STAGES, MIN_CTAS>;
   static bool attr_set = false;  // largest supported d_r (128) sets the ceiling once
   if (!attr_set) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -854,7 +908,9 @@ void launch_split_v3(const quant::Bf16DecodeParams& p, const Workspace& w, cudaS
                "cudaFuncSetAttribute(max dynamic shared memory, v3)");
     attr_set = true;
   }
-  kernel<<<p.num_parts, kV3Threads, C::smem_bytes(DC + p.d_r), stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
+  launch(kernel, dim3(p.num_parts), dim3(kV3Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
+         "split kernel (v3) launch", p, static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets),
+         w.o_acc, w.lse_acc);
 }
 
 template <int DC>
@@ -865,7 +921,10 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStr
     if (p.variant == 2)
       launch_split<DC, 1, 4, 32, 2, 2>(p, w, cfg.row_blocks, stream);  // v2: 4 warps, 2 CTAs/SM
     else
-      launch_split_v3<DC>(p, w, stream);  // producer warp + 5-stage bulk-copy ring, 1 CTA/SM
+      if (DC == 512 && p.variant == 4)
+        launch_split_v3<512, 5, 1>(p, w, stream);  // v3a: 1 CTA/SM, 5-stage ring (comparison only)
+      else
+        launch_split_v3<DC, kV3Stages, 2>(p, w, stream);  // v3b: 2 CTAs/SM, 2-stage ring each
   } else {
     launch_split<DC, 4, 2, 32, 3, 1>(p, w, cfg.row_blocks, stream);  // 8 warps, 64 rows, 1 CTA/SM
   }
@@ -885,6 +944,15 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
   return quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
 }
 
+void decode_v3_diagnostics(bool reset, unsigned long long out[4]) {
+  if (reset) {
+    const unsigned long long zero[4] = {0, 0, 0, 0};
+    check_cuda(cudaMemcpyToSymbol(g_v3_diag, zero, sizeof zero), "diag reset");
+  } else {
+    check_cuda(cudaMemcpyFromSymbol(out, g_v3_diag, 4 * sizeof(unsigned long long)), "diag read");
+  }
+}
+
 void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
                                int32_t* offsets, cudaStream_t stream) {
   decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info, offsets);
@@ -893,8 +961,8 @@ void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int 
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 2)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0, 1, 2)");
+  if (p_in.variant < 0 || p_in.variant > 5)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..5)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
@@ -919,8 +987,9 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
     default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c));
   }
   check_cuda(cudaGetLastError(), "split kernel launch");
-  decode_combine_kernel<<<dim3(p.batch, p.s_q * p.heads), 64, 0, stream>>>(p, w.offsets, w.o_acc, w.lse_acc);
-  check_cuda(cudaGetLastError(), "combine launch");
+  launch(decode_combine_kernel, dim3(p.batch, p.s_q * p.heads), dim3(64), 0, stream, use_pdl(p), "combine launch", p,
+         static_cast<const int32_t*>(w.offsets), static_cast<const float*>(w.o_acc),
+         static_cast<const float*>(w.lse_acc));
 }
 
 }  // namespace mla::kernels

@@ -28,6 +28,10 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p);
 // then launches scheduler, split kernel and combine on `stream`. Launch errors throw mla::Error.
 void mla_decode_bf16(const Bf16DecodeParams& p, cudaStream_t stream);
 
+// Variant 3 (diagnostics) counters of the v3 ring: reset, or read [consumer-warp cycles, of
+// which waiting for a full stage, producer cycles, of which waiting for an empty stage].
+void decode_v3_diagnostics(bool reset, unsigned long long out[4]);
+
 // The device scheduler alone (for tests: it must equal quant::compute_decode_schedule).
 // seqlens [batch], info [num_parts * quant::kPartInfoInts], offsets [batch + 1]: device memory.
 void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,

@@ -55,14 +55,18 @@ struct Bf16DecodeParams {
   // GPU only, for timing comparisons: 0 = current kernels (v3); 2 = the v2 kernels and v2
   // serial one-thread scheduler exactly as committed before v3 (its split points differ from
   // the twin's: not for correctness checks; pass num_parts = 2 * SMs for <= 16 rows as v2 did);
-  // 1 = the v3 kernels with the v2 scheduler (isolates the scheduler's cost).
+  // 1 = the v3 kernels with the v2 scheduler (isolates the scheduler's cost); 3 = variant 0
+  // with cycle counters (kernels::decode_v3_diagnostics); 4 = v3a, the first v3 kernel (one CTA
+  // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without programmatic
+  // dependent launches. Variants 1, 2, 5 launch plainly; 0, 3, 4 use PDL.
   int variant = 0;
 };
 
 // Tile shape used for a given number of query rows (s_q * heads): <= 16 rows take one 16-row
-// block with 32-token tiles, one CTA per SM (v3: a producer warp streams tiles with bulk copies
-// into a 5-stage mbarrier ring, ~150 KB in flight per SM); more rows take 64-row blocks with
-// 32-token tiles, one CTA per SM (compute-bound shapes; the Q block then fills shared memory).
+// block with 32-token tiles, two CTAs per SM (v3b: in each, a producer warp streams tiles with
+// bulk copies into a 2-stage mbarrier ring; two CTAs give 8 consumer warps per SM, which the
+// math per tile needs); more rows take 64-row blocks with 32-token tiles, one CTA per SM
+// (compute-bound shapes; the Q block then fills shared memory).
 struct DecodeTileConfig {
   int rows_per_block;
   int tile_tokens;
@@ -71,7 +75,7 @@ struct DecodeTileConfig {
 };
 MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
   const int rows = s_q * heads;
-  if (rows <= 16) return {16, 32, 1, 1};
+  if (rows <= 16) return {16, 32, 1, 2};
   return {64, 32, (rows + 63) / 64, 1};
 }
 

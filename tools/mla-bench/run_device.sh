@@ -2,8 +2,7 @@
 # One device call: build the kernel targets, run the GPU tests (kernels + verify-decode through
 # the kernels), then every benchmark shape of docs/benchmarks.md ("Decode kernels"), each with
 # its ceilings measured in the same process. H <= 16 shapes are timed for the current kernels
-# (variant 0 = v3), v3 with the v2 one-thread scheduler (variant 1) and v2 as committed before
-# v3 (variant 2), all in this one call.
+# and the comparison variants below (v2 as committed before v3 included), all in this one call.
 # Usage (on the GPU machine, repo root): OUT=/some/dir bash tools/mla-bench/run_device.sh [quick]
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
@@ -20,11 +19,13 @@ echo "verify-decode gpu test rc=$?"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|\
 BENCH=/tmp/b/tools/mla-bench/mla-bench
 run() { local name=$1; shift; timeout 90 $BENCH "$@" --json "/tmp/mla-json/$name.json" 2>&1 | tee -a "$OUT/bench.log"; }
 H16="--batch 128 --heads 16 --dc 512 --dr 64 --page 64"
-for v in 0 1 2; do
+# 0 = current default (v3b: 2 CTAs/SM x 2 stages); 3 = same with ring cycle counters;
+# 4 = v3a (1 CTA/SM x 5 stages); 1 = v3b kernels + v2 scheduler; 2 = v2 as committed before v3.
+# (Run before: 5 = v3a without PDL, seq = pages in pool order: docs/gpu-notes.md.)
+for v in 0 3 4 1 2; do
   tb=""; [ $v = 0 ] && tb="--torch-baseline"
-  run h16_l4k_v$v  $H16 --seqlen 4096 --variant $v $tb
-  run h16_l8k_v$v  $H16 --seqlen 8192 --variant $v $tb
-  run h16_l32k_v$v $H16 --seqlen 32768 --variant $v $tb
+  va="--variant $v"; [ $v = seq ] && va="--sequential-pages"
+  for L in 4096 8192 32768; do run h16_l$((L / 1024))k_v$v $H16 --seqlen $L $va $tb; done
 done
 if [ "$MODE" = full ]; then
   run h128_l8k_v0  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --torch-baseline
@@ -39,4 +40,4 @@ if [ "$MODE" = full ]; then
   run h16_l4k_mtp_v2 --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --sq 2 --variant 2
 fi
 python3 -c "import json,glob; print(json.dumps({f.split('/')[-1][:-5]: json.load(open(f)) for f in sorted(glob.glob('/tmp/mla-json/*.json'))}, indent=1))" > "$OUT/bench.json"
-echo "=== summary ==="; grep -E "^decode|^pytorch|^ceilings|^device" "$OUT/bench.log"
+echo "=== summary ==="; grep -E "^decode|^pytorch|^v3 ring" "$OUT/bench.log"
