@@ -36,6 +36,12 @@ std::vector<double> read_exact(const io::h5::Group& root, const std::string& pat
 
 }  // namespace
 
+std::optional<uint64_t> calibration_hadamard_seed(const std::filesystem::path& path) {
+  io::h5::File f = io::h5::File::open_read(path);
+  if (!f.root().has_attr("hadamard_seed")) return std::nullopt;
+  return static_cast<uint64_t>(f.root().attr_int("hadamard_seed"));
+}
+
 CalibrationInput load_calibration(const std::filesystem::path& path, const std::string& expected_fingerprint,
                                   int64_t num_layers, int64_t num_heads, int64_t d_c, int g, Reparam basis) {
   const std::string file = path.string();

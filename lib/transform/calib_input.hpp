@@ -34,6 +34,10 @@ struct CalibrationInput {
 // a mismatch is an InputError naming both values. g = 1 needs no corrections (f = 1, mu = 1).
 // Missing groups/datasets and wrong shapes are InputErrors naming the file and object path;
 // f must be finite, >= 0 and sum to 1 within 1e-6; mu finite.
+// The `hadamard_seed` root attribute (the random-sign seed of the Hadamard basis the
+// calibration measured f and mu under), or nullopt when the file has none.
+std::optional<uint64_t> calibration_hadamard_seed(const std::filesystem::path& path);
+
 CalibrationInput load_calibration(const std::filesystem::path& path, const std::string& expected_fingerprint,
                                   int64_t num_layers, int64_t num_heads, int64_t d_c, int g, Reparam basis);
 

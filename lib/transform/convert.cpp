@@ -477,8 +477,25 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
 
 }  // namespace
 
-ConvertResult convert_checkpoint(const ConvertOptions& o) {
+// f and mu under `hadamard` are only valid for the rotation they were measured under: take the
+// calibration's seed when none is given, and refuse a different one.
+ConvertOptions resolve_hadamard_seed(ConvertOptions o) {
+  if (o.reparam != Reparam::Hadamard || o.calib.empty()) return o;
+  const std::optional<uint64_t> calib_seed = calibration_hadamard_seed(o.calib);
+  if (!calib_seed) return o;
+  if (!o.seed) {
+    spdlog::info("--reparam hadamard: using the calibration's random-sign seed {} ({})", *calib_seed, o.calib.string());
+    o.seed = calib_seed;
+  } else if (*o.seed != *calib_seed) {
+    throw InputError("--seed " + std::to_string(*o.seed) + " differs from " + o.calib.string() + " hadamard_seed " +
+                     std::to_string(*calib_seed) + ": its f and mu were measured under another Hadamard rotation");
+  }
+  return o;
+}
+
+ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const auto t0 = std::chrono::steady_clock::now();
+  const ConvertOptions o = resolve_hadamard_seed(requested);
   check_paths(o);
   const io::Checkpoint ckpt = io::Checkpoint::open(o.input);
   Plan p = make_plan(ckpt, o);

@@ -255,6 +255,42 @@ TEST_F(ConvertTest, CalibrationIsCheckedAndFolded) {
   }
 }
 
+// f and mu under `hadamard` are measured for one random-sign seed: conversion takes the
+// calibration's seed when none is given and refuses a different one.
+TEST_F(ConvertTest, HadamardSeedComesFromTheCalibration) {
+  const io::Checkpoint ckpt = io::Checkpoint::open(root_ / "fp8");
+  const model::MlaConfig cfg = ckpt.config();
+  const fs::path calib = root_ / "calib-hadamard.h5";
+  {
+    io::h5::File f = io::h5::File::create(calib);
+    f.root().set_attr("schema", "mla-calib/1");
+    f.root().set_attr("checkpoint_fingerprint", io::fingerprint(ckpt));
+    f.root().set_attr("hadamard_seed", int64_t{12345});
+    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+      char g[32];
+      std::snprintf(g, sizeof g, "layer_%02lld", static_cast<long long>(i));
+      f.root().write<double>(std::string(g) + "/g2/hadamard/energy_fraction", std::vector<double>{0.5, 0.5});
+      f.root().write<double>(std::string(g) + "/g2/hadamard/mu", std::vector<double>{1.0, 1.0});
+    }
+  }
+  ConvertOptions o = opts("had-seed", 2);
+  o.reparam = Reparam::Hadamard;
+  o.calib = calib;
+  convert_checkpoint(o);
+  const RankAttention ra = load_rank_attention(o.output / rank_dir_name(0, 2), 0);
+  EXPECT_EQ(ra.tpla["hadamard_seed"].get<uint64_t>(), 12345u);
+
+  o.output = root_ / "had-seed-bad";
+  o.seed = 7;
+  try {
+    convert_checkpoint(o);
+    FAIL() << "a seed other than the calibration's was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("hadamard_seed 12345"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.output));
+}
+
 TEST_F(ConvertTest, Fp8AndAbsorbedOutput) {
   ConvertOptions o = opts("fp8out", 2);
   o.out_dtype = OutDtype::FP8;
