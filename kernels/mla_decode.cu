@@ -564,6 +564,7 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
   __syncthreads();
   griddep_wait();  // the schedule (previous kernel) is complete from here on
   const bool diag = p.variant == 3;
+  const bool tweaks = p.variant != 5;  // per-tile shortcuts below (variant 5: without, for timing)
   long long diag_wait = 0, diag_t0 = diag ? clock64() : 0;
 
   const int32_t* in = info + blockIdx.x * kPartInfoInts;
@@ -579,9 +580,9 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
       const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
       for (int ti = t; ti < stop; ++ti, ++it) {
         const int stage = it % S;
-        const long long w0 = diag ? clock64() : 0;
-        mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
-        if (diag) diag_wait += clock64() - w0;
+        // Page lookup first (an L2 round trip), then wait for the stage: the copy is issued as
+        // soon as the consumers release it (variant 5: wait first, as committed in 7a142ce).
+        if (!tweaks) mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
         const int j0 = ti * BN;
         const bf16* base = nullptr;
         int valid = 0;
@@ -595,6 +596,9 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
             atomicExch(p.error_flag, 1);  // bad device data: tile skipped (zero keys), flagged
           }
         }
+        const long long w0 = diag ? clock64() : 0;
+        if (tweaks) mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+        if (diag) diag_wait += clock64() - w0;
         if (lane == 0) mbar_arrive_expect_tx(bar0 + 8 * stage, tile_bytes);
         __syncwarp();
         const void* src = lane < valid ? static_cast<const void*>(base + static_cast<size_t>(lane) * dim)
@@ -702,16 +706,26 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
       // ---- scale into base 2, causal mask, row max over the 32 tokens (4 lanes) ----
       const int jbase = ti * BN;
       float tmax[2] = {neg_inf, neg_inf};
+      if (tweaks && jbase + BN <= L - (p.s_q - 1)) {  // every key of the tile visible to every row
 #pragma unroll
-      for (int n = 0; n < 4; ++n)
+        for (int n = 0; n < 4; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          const int j = jbase + n * 8 + 2 * tq + (e & 1);
-          const float x = (j < L - lim_off[h]) ? s_acc[n][e] * scale_log2 : neg_inf;
-          s_acc[n][e] = x;
-          tmax[h] = fmaxf(tmax[h], x);
-        }
+          for (int e = 0; e < 4; ++e) {
+            s_acc[n][e] *= scale_log2;
+            tmax[e >> 1] = fmaxf(tmax[e >> 1], s_acc[n][e]);
+          }
+      } else {
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e >> 1;
+            const int j = jbase + n * 8 + 2 * tq + (e & 1);
+            const float x = (j < L - lim_off[h]) ? s_acc[n][e] * scale_log2 : neg_inf;
+            s_acc[n][e] = x;
+            tmax[h] = fmaxf(tmax[h], x);
+          }
+      }
       float alpha[2], m_use[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -739,12 +753,15 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
       l_run[1] = l_run[1] * alpha[1] + lsum[1];
 
       // ---- O = O * alpha + P V for 16 rows x kColsPerWarp columns ----
+      // alpha is exactly 1 where the row max did not move (exp2(0)): skip the rescale then.
+      if (!tweaks || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int n = 0; n < C::kNtO; ++n) {
-        acc[n][0] *= alpha[0];
-        acc[n][1] *= alpha[0];
-        acc[n][2] *= alpha[1];
-        acc[n][3] *= alpha[1];
+        for (int n = 0; n < C::kNtO; ++n) {
+          acc[n][0] *= alpha[0];
+          acc[n][1] *= alpha[0];
+          acc[n][2] *= alpha[1];
+          acc[n][3] *= alpha[1];
+        }
       }
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
@@ -856,7 +873,7 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
 }
 // Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
-bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || p.variant == 3 || p.variant == 4; }
+bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || p.variant >= 3; }
 
 struct Workspace {
   int32_t* info;

@@ -57,8 +57,9 @@ struct Bf16DecodeParams {
   // the twin's: not for correctness checks; pass num_parts = 2 * SMs for <= 16 rows as v2 did);
   // 1 = the v3 kernels with the v2 scheduler (isolates the scheduler's cost); 3 = variant 0
   // with cycle counters (kernels::decode_v3_diagnostics); 4 = v3a, the first v3 kernel (one CTA
-  // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without programmatic
-  // dependent launches. Variants 1, 2, 5 launch plainly; 0, 3, 4 use PDL.
+  // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without
+  // the per-tile shortcuts (v3b as in commit 7a142ce). Variants 1, 2 launch plainly; the others
+  // use programmatic dependent launches.
   int variant = 0;
 };
 
