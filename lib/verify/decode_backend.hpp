@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "quant/decode_twin_bf16.hpp"
+
 namespace mla::verify {
 
 // One paged latent cache: [num_pages, page_size, dim] bf16 with its page table [batch, max_pages].
@@ -17,6 +19,21 @@ struct CacheShape {
   int max_pages = 0;
   int dim = 0;  // d_c (of the rank's slice) + d_r
 };
+
+// The decode parameter block for one s_q = 1 step on a cache of this shape (pointers unset).
+inline quant::Bf16DecodeParams decode_params(const CacheShape& s, int heads, int d_c, int d_r, float scale) {
+  quant::Bf16DecodeParams p;
+  p.batch = s.batch;
+  p.s_q = 1;
+  p.heads = heads;
+  p.d_c = d_c;
+  p.d_r = d_r;
+  p.num_pages = s.num_pages;
+  p.page_size = s.page_size;
+  p.max_pages = s.max_pages;
+  p.scale = scale;
+  return p;
+}
 
 class DecodeBackend {
  public:

@@ -28,22 +28,13 @@ class CpuBackend final : public DecodeBackend {
     Cache& c = caches_.at(cache);
     out.assign(size_t(c.shape.batch) * heads * d_c, 0);
     lse.assign(size_t(c.shape.batch) * heads, 0.f);
-    quant::Bf16DecodeParams p;
+    quant::Bf16DecodeParams p = decode_params(c.shape, heads, d_c, d_r, scale);
     p.q = q.data();
     p.kv_cache = c.data.data();
     p.page_table = c.page_table.data();
     p.seqlens = seqlens.data();
     p.out = out.data();
     p.lse = lse.data();
-    p.batch = c.shape.batch;
-    p.s_q = 1;
-    p.heads = heads;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.num_pages = c.shape.num_pages;
-    p.page_size = c.shape.page_size;
-    p.max_pages = c.shape.max_pages;
-    p.scale = scale;
     quant::decode_twin_bf16(p);
   }
 

@@ -13,7 +13,7 @@
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
-#include "io/hdf5.hpp"
+#include "io/capture.hpp"
 #include "io/mla_weights.hpp"
 #include "model/attention_reference.hpp"
 #include "model/dense_forward.hpp"
@@ -45,12 +45,6 @@ struct ConvertedOutputs {
   std::vector<MatrixR> kernel;  // per sequence [T, D]
   std::vector<MatrixR> f64;     // per sequence [T, D]
 };
-
-std::string layer_name(int64_t i) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "layer_%02lld", static_cast<long long>(i));
-  return buf;
-}
 
 // The converted TPLA decode of one layer for a batch of sequences h[b] [P + T, D].
 ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>& h, int64_t P, int64_t T,
@@ -223,24 +217,25 @@ int detect_tp(const fs::path& converted) {
   return j["ranks"].get<int>();
 }
 
-std::vector<MatrixR> read_sequences(const io::h5::Group& g, const std::string& dataset, int64_t n_seq, int64_t n_tok,
-                                    int64_t width) {
-  const io::h5::Dataset ds = g.open(dataset);
-  const io::h5::Dims d = ds.dims();
-  if (d.size() != 3 || static_cast<int64_t>(d[2]) != width)
-    throw InputError(g.file() + ": " + ds.path() + ": expected [S, T, " + std::to_string(width) + "], got rank " +
-                     std::to_string(d.size()) + (d.size() == 3 ? " width " + std::to_string(d[2]) : ""));
-  if (static_cast<int64_t>(d[0]) < n_seq)
-    throw InputError(g.file() + ": " + ds.path() + ": has " + std::to_string(d[0]) + " sequences, --sequences asks " +
+// The first n_tok rows of sequences 0..n_seq-1 of one layer's attention input, as float64.
+std::vector<MatrixR> read_sequences(const io::CaptureReader& cap, const std::string& file, const std::string& group,
+                                    int64_t layer, int64_t n_seq, int64_t n_tok) {
+  const io::CaptureGroupInfo gi = cap.group_info(group);
+  const int64_t D = cap.meta().hidden_size;
+  if (gi.sequences < n_seq)
+    throw InputError(file + ": /" + group + " has " + std::to_string(gi.sequences) + " sequences, --sequences asks " +
                      std::to_string(n_seq));
-  if (static_cast<int64_t>(d[1]) < n_tok)
-    throw InputError(g.file() + ": " + ds.path() + ": sequences have " + std::to_string(d[1]) +
+  if (gi.seq_len < n_tok)
+    throw InputError(file + ": /" + group + " sequences have " + std::to_string(gi.seq_len) +
                      " tokens, --prefill + --decode need " + std::to_string(n_tok));
   std::vector<MatrixR> out;
   for (int64_t s = 0; s < n_seq; ++s) {
-    const std::vector<double> row = ds.read_rows<double>(s, 1);
-    MatrixR m = Eigen::Map<const MatrixR>(row.data(), static_cast<int64_t>(d[1]), width).topRows(n_tok);
-    if (!m.allFinite()) throw InputError(g.file() + ": " + ds.path() + ": sequence " + std::to_string(s) + " has NaN/Inf");
+    const std::vector<float> row = cap.hidden(group, layer, s);
+    MatrixR m = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                    row.data(), gi.seq_len, D).topRows(n_tok).cast<double>();
+    if (!m.allFinite())
+      throw InputError(file + ": /" + group + "/" + io::capture_layer_path(layer, "hidden") + " sequence " +
+                       std::to_string(s) + " has NaN/Inf");
     out.push_back(std::move(m));
   }
   return out;
@@ -322,10 +317,14 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     if (l < 0 || l >= cfg.attention_layers())
       throw InputError("--layers: layer " + std::to_string(l) + " out of range [0, " + std::to_string(cfg.attention_layers()) + ")");
 
-  const auto file = io::h5::File::open_read(o.activations);
-  if (!file.root().exists(o.capture_group))
-    throw InputError(o.activations.string() + ": capture has no group '/" + o.capture_group + "'");
-  const io::h5::Group grp = file.root().open_group(o.capture_group);
+  const io::CaptureReader cap(o.activations);
+  const std::string cap_file = o.activations.string();
+  if (cap.meta().hidden_size != cfg.hidden_size || cap.meta().num_layers < cfg.num_hidden_layers)
+    throw InputError(cap_file + ": capture has hidden_size " + std::to_string(cap.meta().hidden_size) + " and " +
+                     std::to_string(cap.meta().num_layers) + " layers; " + o.original.string() + " has " +
+                     std::to_string(cfg.hidden_size) + " and " + std::to_string(cfg.num_hidden_layers));
+  if (!cap.has_group(o.capture_group))
+    throw InputError(cap_file + ": capture has no group '/" + o.capture_group + "'");
   const int64_t n_tok = o.prefill + o.decode;
 
   VerifyReport rep;
@@ -342,9 +341,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
                rep.g, rep.reparam, rep.norm, rep.backend, o.sequences, o.prefill, o.decode);
 
   for (int64_t layer : layers) {
-    const std::string name = layer_name(layer) + "/hidden";
-    if (!grp.exists(name)) throw InputError(o.activations.string() + ": /" + o.capture_group + "/" + name + " missing");
-    const std::vector<MatrixR> h = read_sequences(grp, name, o.sequences, n_tok, cfg.hidden_size);
+    const std::vector<MatrixR> h = read_sequences(cap, cap_file, o.capture_group, layer, o.sequences, n_tok);
     const LayerContext L = load_layer(orig, o.converted, tp, layer, nullptr);
     std::vector<MatrixR> ref;
     for (const auto& hb : h) ref.push_back(model::attention_naive(cfg, L.original, hb, 0).bottomRows(o.decode));
@@ -370,15 +367,11 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     const model::DenseModel m = model::load_dense_model(
         cfg, [&](const std::string& n) { return orig.load_matrix(n); },
         orig.config_json().value("tie_word_embeddings", false));
-    if (!grp.exists("tokens")) throw InputError(o.activations.string() + ": /" + o.capture_group + "/tokens missing");
-    io::h5::Dims td;
-    const std::vector<int32_t> all_tokens = grp.read<int32_t>("tokens", &td);
-    if (td.size() != 2 || static_cast<int64_t>(td[0]) < o.sequences || static_cast<int64_t>(td[1]) < n_tok)
-      throw InputError(o.activations.string() + ": /" + o.capture_group + "/tokens too small for --sequences/--prefill/--decode");
     std::vector<std::vector<int32_t>> tok(o.sequences);
     std::vector<MatrixR> x(o.sequences);
     for (int64_t b = 0; b < o.sequences; ++b) {
-      tok[b].assign(all_tokens.begin() + b * td[1], all_tokens.begin() + b * td[1] + n_tok);
+      tok[b] = cap.tokens(o.capture_group, b);
+      tok[b].resize(n_tok);  // sequence lengths were checked by the per-layer reads
       x[b].resize(n_tok, cfg.hidden_size);
       for (int64_t t = 0; t < n_tok; ++t) x[b].row(t) = m.embed_tokens.row(tok[b][t]);
     }

@@ -42,6 +42,11 @@ inline fs::path capture(int64_t layers, int64_t S, int64_t T, int64_t D) {
   if (fs::exists(p)) return p;
   auto f = mla::io::h5::File::create(p);
   f.root().set_attr("schema", "mla-capture/1");
+  f.root().set_attr("model_type", "deepseek_v2");
+  f.root().set_attr("num_layers", layers);
+  f.root().set_attr("hidden_size", D);
+  f.root().set_attr("source", "tests/verify: N(0,1) attention inputs, random bytes");
+  f.root().set_attr("corpus_sha256", "none");
   std::mt19937_64 rng(11);
   std::normal_distribution<float> n;
   for (int64_t l = 0; l < layers; ++l) {
