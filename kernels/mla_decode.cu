@@ -578,17 +578,26 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
       const int L = p.seqlens[b];
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, BN);
       const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+      int group_page = -1;  // lane l: page id of tile (group start + l), loaded 32 tiles at a time
       for (int ti = t; ti < stop; ++ti, ++it) {
         const int stage = it % S;
-        // Page lookup first (an L2 round trip), then wait for the stage: the copy is issued as
-        // soon as the consumers release it (variant 5: wait first, as committed in 7a142ce).
+        // Page ids: one load per lane for the next 32 tiles (one L2 round trip per 32 tiles, not
+        // per tile: a serial per-tile lookup capped v3a's producer), then wait for the stage, so
+        // the copy is issued as soon as the consumers release it. Variant 5: one lookup per tile
+        // after the wait, as committed in 7a142ce.
         if (!tweaks) mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
         const int j0 = ti * BN;
+        if (tweaks && (ti - t) % 32 == 0) {
+          const int jl = (ti + lane) * BN;
+          const int slot = jl / p.page_size;
+          group_page = (ti + lane < stop && jl < L && slot < p.max_pages) ? ptab[slot] : -1;
+        }
         const bf16* base = nullptr;
         int valid = 0;
         if (j0 < L) {
           const int slot = j0 / p.page_size;
-          const int page = slot < p.max_pages ? ptab[slot] : -1;
+          const int page = tweaks ? __shfl_sync(0xffffffffu, group_page, (ti - t) % 32)
+                                  : (slot < p.max_pages ? ptab[slot] : -1);
           if (page >= 0 && page < p.num_pages) {
             base = cache + (static_cast<size_t>(page) * p.page_size + j0 % p.page_size) * dim;
             valid = min(BN, L - j0);
