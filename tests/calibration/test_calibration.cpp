@@ -393,3 +393,20 @@ TEST(Calibration, Float32MomentWithinToleranceOfFloat64) {
       for (int k = 0; k < g; ++k)
         EXPECT_NEAR(f32.layers[0].slices.at(g).at(b).f[k], f64.layers[0].slices.at(g).at(b).f[k], 1e-6);
 }
+
+TEST(Calibration, HiddenCaptureWithoutProjectionWeightsIsAnInputError) {
+  // A capture holding h needs kv_a_proj_with_mqa (mla-calibrate --model); with --config only
+  // (gamma = 1, no projections) it must fail clearly, not read garbage.
+  const auto cfg = model::tiny_v2_config();
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 4; spec.seq_len = 16; spec.latent = false;
+  write_synthetic_capture((dir / "h_noweights.h5").string(), cfg, spec);
+  CalibrationOptions opt;
+  opt.captures = {(dir / "h_noweights.h5").string()};
+  opt.allow_few_tokens = true;
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_a_proj_with_mqa"), std::string::npos) << e.what();
+  }
+}
