@@ -325,6 +325,8 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
       for (int64_t h = 0; h < H; ++h) w_uv[h] = w.w_uv(cfg, h);
     const int64_t budget = std::max<int64_t>(1, opt.pair_sequences / static_cast<int64_t>(caps.size()));
     std::map<std::string, MatrixR> ub;
+    double cpu2_load = 0, cpu2_norm = 0, cpu2_quant = 0, cpu2_pairs = 0, cpu2_fp8 = 0;  // pass-2 profile
+    MatrixR fp8_scores, fp8_olat;  // FP8 study scratch: [H, keys] probabilities, [H, d_c]
     for (std::size_t ci = 0; ci < caps.size(); ++ci) {
       const auto& info = caps[ci]->info();
       const int64_t nfit = info.sequences - n_hold[ci];
@@ -334,8 +336,11 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
       for (int64_t s : spread(n_hold[ci], budget)) picks.push_back({nfit + s, true});
       if (n_hold[ci] == 0) for (int64_t s : spread(nfit, budget)) picks.push_back({s, true});
       for (const auto& [s, hold] : picks) {
+        double p0 = thread_cpu_seconds();
         const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
         const MatrixR u = normalise_rows(d.c, cfg.rms_norm_eps);
+        double p1 = thread_cpu_seconds();
+        cpu2_load += p1 - p0;
         const int64_t T = u.rows();
         ub["identity"] = u;
         // Hadamard basis: u U = (U^T u^T)^T, the O(d log d) fast transform per row.
@@ -365,6 +370,8 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
             }
           }
         }
+        p0 = thread_cpu_seconds();
+        cpu2_norm += p0 - p1;
         if (!info.has_hidden) continue;
         L.have_pairs = true;
         // Quantised caches of the whole sequence under each FP8 configuration.
@@ -373,6 +380,8 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
           auto& qc = qcache[std::string(quant::fp8_config_name(c))];
           quant::fake_quant_fp8_cache(c, d.x, d.k_pe, qc.first, qc.second);
         }
+        p1 = thread_cpu_seconds();
+        cpu2_quant += p1 - p0;
         for (int64_t t : spread(T, opt.queries_per_sequence)) {
           t = T - 1 - t;  // spread from the end: late queries see the most keys
           const model::QueryParts qp = model::project_queries(cfg, w, d.h.row(t), t);
@@ -406,13 +415,32 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
             }
           }
           (hold ? L.pairs_holdout : L.pairs_fit) += H * (t + 1);
+          p0 = thread_cpu_seconds();
+          cpu2_pairs += p0 - p1;
           // FP8 study: attention output o = W_UV o_lat per head, reference vs quantised cache.
+          // model::absorbed_decode_core's attend_latent for all heads at once through dgemm
+          // (scores, max-shifted softmax, o_lat = P x) on the first t + 1 cache rows, in place.
           auto output = [&](const MatrixR& x, const MatrixR& kpe) {
-            model::LatentCache cache{x.topRows(t + 1), kpe.topRows(t + 1)};
-            const auto core = model::absorbed_decode_core(Q, Qpe, cache, scale);
+            const int n = static_cast<int>(t + 1), hh = static_cast<int>(H), c = static_cast<int>(dc),
+                      r = static_cast<int>(cfg.qk_rope_head_dim);
+            fp8_scores.resize(H, n);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hh, n, c, scale, Q.data(), c, x.data(), c,
+                        0.0, fp8_scores.data(), n);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hh, n, r, scale, Qpe.data(), r, kpe.data(), r,
+                        1.0, fp8_scores.data(), n);
+            for (int64_t h = 0; h < H; ++h) {
+              auto row = fp8_scores.row(h);
+              const double m = row.maxCoeff();
+              double denom = 0;
+              for (int j = 0; j < n; ++j) denom += (row(j) = std::exp(row(j) - m));
+              row /= denom;
+            }
+            fp8_olat.resize(H, dc);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hh, c, n, 1.0, fp8_scores.data(), n,
+                        x.data(), c, 0.0, fp8_olat.data(), c);
             std::vector<double> o;
             for (int64_t h = 0; h < H; ++h) {
-              const VectorD oh = w_uv[h] * core.o_lat.row(h).transpose();
+              const VectorD oh = w_uv[h] * fp8_olat.row(h).transpose();
               o.insert(o.end(), oh.data(), oh.data() + oh.size());
             }
             return o;
@@ -423,6 +451,8 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
             fp8[name].add(y.data(), ref.data(), static_cast<int64_t>(y.size()));
           }
           ++L.fp8_queries;
+          p1 = thread_cpu_seconds();
+          cpu2_fp8 += p1 - p0;
         }
       }
     }
@@ -470,6 +500,8 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
                  "syrk {:.2f}), eigen {:.2f} ({:.2f}), pass 2 + FP4/Lloyd-Max {:.2f} ({:.2f})",
                  layer, secs(t_start, t_pass1), cpu_pass1 - cpu_start, cpu_read, cpu_moment,
                  secs(t_pass1, t_eig), cpu_eig - cpu_pass1, secs(t_eig, t_end), cpu_end - cpu_eig);
+    spdlog::info("layer {}: pass 2 thread CPU s: load {:.2f}, rotate+norm errors {:.2f}, FP8 caches {:.2f}, "
+                 "pairs {:.2f}, FP8 outputs {:.2f}", layer, cpu2_load, cpu2_norm, cpu2_quant, cpu2_pairs, cpu2_fp8);
     return L;
   };
 
