@@ -199,7 +199,7 @@ __global__ void decode_schedule_legacy_kernel(const int32_t* seqlens, int batch,
 constexpr int kSchedThreads = 512;
 __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
                                                                         int tile, int parts, int32_t* info,
-                                                                        int32_t* offsets) {
+                                                                        int32_t* offsets, int32_t* counts) {
   using Scan = cub::BlockScan<long long, kSchedThreads>;
   __shared__ typename Scan::TempStorage tmp;
   griddep_launch_dependents();  // the split kernel may start its prologue; it waits for us
@@ -227,6 +227,7 @@ __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const in
     off_b += carry_off;
     if (valid) {
       offsets[b] = static_cast<int32_t>(off_b);
+      if (counts != nullptr) counts[b] = 0;
       quant::decode_write_parts_of_request(b, s_b, n_b, static_cast<int>(off_b), per_part, parts, info);
     }
     carry_s += agg_s;
@@ -526,7 +527,7 @@ constexpr int kV3Threads = 32 * (kV3Consumers + 1);
 constexpr int kV3BN = 32;
 constexpr int kV3Stages = 2;  // per CTA, two CTAs per SM (v3b); v3a had 5 stages and one CTA per SM
 constexpr int kV3PartFloats = 2 * kV3Consumers * 4 * 32 * 4;  // [2 buffers][warp][n-tile][lane][4]
-constexpr int kV3Header = 128;                                  // mbarriers: full[S], empty[S]
+constexpr int kV3Header = 128;  // mbarriers full[S], empty[S] (S <= 7); int at byte 120: "last split" flag
 
 template <int DC, int STAGES = kV3Stages>
 struct V3Cfg {
@@ -542,8 +543,7 @@ struct V3Cfg {
 template <int DC, int STAGES, int MIN_CTAS>
 __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
     decode_split_v3_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ info,
-                           const int32_t* __restrict__ offsets, float* __restrict__ o_acc,
-                           float* __restrict__ lse_acc) {
+                           const int32_t* __restrict__ offsets, float* o_acc, float* lse_acc, int32_t* counts) {
   using C = V3Cfg<DC, STAGES>;
   constexpr int BN = kV3BN, S = STAGES;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -565,6 +565,10 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
   griddep_wait();  // the schedule (previous kernel) is complete from here on
   const bool diag = p.variant == 3;
   const bool tweaks = p.variant != 5;  // per-tile shortcuts below (variant 5: without, for timing)
+  // Fused combine (variant 6, an experiment that measured slower: the merging CTA stalls its
+  // ring on serial L2 round trips): the CTA that finishes a request's last split merges them.
+  const bool fuse = counts != nullptr;
+  volatile int* sLast = reinterpret_cast<volatile int*>(smem_raw + 120);
   long long diag_wait = 0, diag_t0 = diag ? clock64() : 0;
 
   const int32_t* in = info + blockIdx.x * kPartInfoInts;
@@ -817,6 +821,45 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
         if (warp == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
       }
     }
+    if (fuse && n_split > 1) {
+      // Publish this split, count it; the CTA that counts the last one merges all of them,
+      // exactly as decode_combine_kernel does (same order, fp32, expf/logf), from L2 (__ldcg).
+      __threadfence();
+      named_bar_sync(1, 32 * kV3Consumers);
+      if (threadIdx.x == 0) *sLast = (atomicAdd(counts + b, 1) == n_split - 1);
+      named_bar_sync(1, 32 * kV3Consumers);
+      if (*sLast) {
+        __threadfence();
+        const int s0 = offsets[b], s1 = offsets[b + 1];
+        for (int r = 0; r < rows; ++r) {
+          float m = neg_inf;
+          for (int sp = s0; sp < s1; ++sp) m = fmaxf(m, __ldcg(lse_acc + static_cast<size_t>(sp) * rows + r));
+          float lse = neg_inf;
+          if (m != neg_inf) {
+            float sum = 0.f;
+            for (int sp = s0; sp < s1; ++sp) sum += expf(__ldcg(lse_acc + static_cast<size_t>(sp) * rows + r) - m);
+            lse = m + logf(sum);
+          }
+          bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC;
+          for (int c = threadIdx.x * 4; c < DC; c += 32 * kV3Consumers * 4) {
+            float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (m != neg_inf) {
+              for (int sp = s0; sp < s1; ++sp) {
+                const float w = expf(__ldcg(lse_acc + static_cast<size_t>(sp) * rows + r) - lse);
+                const float4 v = __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(sp) * rows + r) * DC + c));
+                o.x += w * v.x;
+                o.y += w * v.y;
+                o.z += w * v.z;
+                o.w += w * v.w;
+              }
+            }
+            *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
+            *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
+          }
+          if (threadIdx.x == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+        }
+      }
+    }
   }
   if (diag && lane == 0) {
     atomicAdd(&g_v3_diag[0], static_cast<unsigned long long>(clock64() - diag_t0));
@@ -883,10 +926,14 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
 }
 // Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
 bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || p.variant >= 3; }
+// Variant 6 (experiment, slower: docs/gpu-notes.md): <= 16 rows merge a request's splits inside
+// the v3 split kernel (the CTA finishing the last split), no combine launch.
+bool fused_combine(const quant::Bf16DecodeParams& p) { return p.s_q * p.heads <= 16 && p.variant == 6; }
 
 struct Workspace {
   int32_t* info;
   int32_t* offsets;
+  int32_t* counts;  // per request: splits finished (fused combine), zeroed by the scheduler
   float* lse_acc;
   float* o_acc;
 };
@@ -895,13 +942,14 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
   const size_t rows = static_cast<size_t>(p.s_q) * p.heads;
   const size_t splits = quant::decode_max_splits(p.batch, p.num_parts);
   char* base = static_cast<char*>(p.workspace);
-  size_t meta = (static_cast<size_t>(p.num_parts) * kPartInfoInts + p.batch + 1) * sizeof(int32_t);
+  size_t meta = (static_cast<size_t>(p.num_parts) * kPartInfoInts + 2 * static_cast<size_t>(p.batch) + 1) * sizeof(int32_t);
   meta = (meta + 255) / 256 * 256;
   size_t lse = splits * rows * sizeof(float);
   lse = (lse + 255) / 256 * 256;
   Workspace w;
   w.info = reinterpret_cast<int32_t*>(base);
   w.offsets = w.info + static_cast<size_t>(p.num_parts) * kPartInfoInts;
+  w.counts = w.offsets + p.batch + 1;
   w.lse_acc = reinterpret_cast<float*>(base + meta);
   w.o_acc = reinterpret_cast<float*>(base + meta + lse);
   return w;
@@ -936,7 +984,7 @@ void launch_split_v3(const quant::Bf16DecodeParams& p, const Workspace& w, cudaS
   }
   launch(kernel, dim3(p.num_parts), dim3(kV3Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
          "split kernel (v3) launch", p, static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets),
-         w.o_acc, w.lse_acc);
+         w.o_acc, w.lse_acc, fused_combine(p) ? w.counts : static_cast<int32_t*>(nullptr));
 }
 
 template <int DC>
@@ -981,14 +1029,14 @@ void decode_v3_diagnostics(bool reset, unsigned long long out[4]) {
 
 void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
                                int32_t* offsets, cudaStream_t stream) {
-  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info, offsets);
+  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info, offsets, nullptr);
   check_cuda(cudaGetLastError(), "schedule launch");
 }
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 5)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..5)");
+  if (p_in.variant < 0 || p_in.variant > 6)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..6)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
@@ -1002,7 +1050,7 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
                                                          w.offsets);
   else
     decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
-                                                             w.offsets);
+                                                             w.offsets, w.counts);
   check_cuda(cudaGetLastError(), "schedule launch");
   switch (p.d_c) {
     case 32: launch_for_dc<32>(p, w, stream); break;
@@ -1013,6 +1061,7 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
     default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c));
   }
   check_cuda(cudaGetLastError(), "split kernel launch");
+  if (fused_combine(p)) return;
   launch(decode_combine_kernel, dim3(p.batch, p.s_q * p.heads), dim3(64), 0, stream, use_pdl(p), "combine launch", p,
          static_cast<const int32_t*>(w.offsets), static_cast<const float*>(w.o_acc),
          static_cast<const float*>(w.lse_acc));

@@ -58,8 +58,9 @@ struct Bf16DecodeParams {
   // 1 = the v3 kernels with the v2 scheduler (isolates the scheduler's cost); 3 = variant 0
   // with cycle counters (kernels::decode_v3_diagnostics); 4 = v3a, the first v3 kernel (one CTA
   // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without
-  // the per-tile shortcuts (v3b as in commit 7a142ce). Variants 1, 2 launch plainly; the others
-  // use programmatic dependent launches.
+  // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
+  // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
+  // launch plainly; the others use programmatic dependent launches.
   int variant = 0;
 };
 

@@ -131,6 +131,29 @@ TEST(DecodeGpu, DeviceScheduleEqualsHostSchedule) {
     }
   }
 }
+// Variant 6 merges a request's splits inside the split kernel (the last split's CTA) instead of
+// the combine kernel: the same arithmetic, so the same results.
+TEST(DecodeGpu, FusedCombineMatchesCombineKernel) {
+  REQUIRE_GPU();
+  DecodeCase c = make_decode_case({1, 65, 3000, 700, 20000, 5, 64}, 1, 16, 512, 64, 64, 125);
+  DeviceCase d(c, kernels::decode_parts_for_device(1, 16));
+  kernels::mla_decode_bf16(d.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  const auto separate = d.out.down();  // default: the combine kernel
+  const auto separate_lse = d.lse.down();
+  ck(cudaMemset(d.out.p, 0xFF, d.out.n * sizeof(uint16_t)));  // NaN: every value must be rewritten
+  ck(cudaMemset(d.lse.p, 0xFF, d.lse.n * sizeof(float)));
+  d.p.variant = 6;
+  kernels::mla_decode_bf16(d.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  const auto m = model::compare(bf16_to_f64(separate), bf16_to_f64(d.out.down()));
+  EXPECT_LT(m.rel_l2, 1e-5) << m.summary();
+  std::vector<double> fused_lse(d.lse.n);
+  const auto l = d.lse.down();
+  for (size_t i = 0; i < l.size(); ++i) fused_lse[i] = l[i];
+  EXPECT_LT(lse_max_abs_diff(separate_lse, fused_lse), 1e-5);
+}
+
 // The v2 kernels stay available for timing comparisons (variant 2): still correct.
 TEST(DecodeGpu, V2VariantStillMatchesFloat64) {
   REQUIRE_GPU();

@@ -21,16 +21,17 @@ run() { local name=$1; shift; timeout 90 $BENCH "$@" --json "/tmp/mla-json/$name
 H16="--batch 128 --heads 16 --dc 512 --dr 64 --page 64"
 # 0 = current default (v3b: 2 CTAs/SM x 2 stages); 3 = same with ring cycle counters;
 # 5 = v3b without the per-tile shortcuts (commit 7a142ce); 4 = v3a (1 CTA/SM x 5 stages);
-# 1 = v3b kernels + v2 scheduler; 2 = v2 as committed before v3. Variants 0, 4, 5 and 2 run three
+# 6 = v3 with the splits merged inside the split kernel (experiment, slower);
+# 1 = v3b kernels + v2 scheduler; 2 = v2 as committed before v3. Variants 0, 5 and 2 run three
 # times each (separate processes, interleaved): run-to-run spread is several percent.
 # (Run before: v3a without PDL, pages in pool order: docs/gpu-notes.md.)
 for rep in 1 2 3; do
-  for v in 0 4 5 2; do
+  for v in 0 5 2; do
     tb=""; [ $v = 0 ] && [ $rep = 1 ] && tb="--torch-baseline"
     for L in 4096 8192 32768; do run h16_l$((L / 1024))k_v${v}_r$rep $H16 --seqlen $L --variant $v $tb; done
   done
 done
-for v in 3 1; do
+for v in 3 4 6 1; do
   for L in 4096 8192 32768; do run h16_l$((L / 1024))k_v$v $H16 --seqlen $L --variant $v; done
 done
 if [ "$MODE" = full ]; then
