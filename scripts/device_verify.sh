@@ -12,4 +12,4 @@ cmake -S . -B /tmp/bv -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON >
     >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 /tmp/bv/tests/verify/test_verify_decode_gpu > "$OUT/verify_gpu_test.log" 2>&1
 echo "verify-decode gpu test rc=$?"; grep -E "figure|PASSED|FAILED|SKIPPED" "$OUT/verify_gpu_test.log"
-BUILD_DIR=/tmp/bv DEVICE=cuda OUT=/tmp/sweep bash scripts/tpla_sweep.sh 2>&1 | tee "$OUT/sweep.txt"
+BUILD_DIR=/tmp/bv DEVICE=cuda OUT=/tmp/sweep MODELS="${MODELS:-tiny-v3}" TPS="${TPS:-2}" bash scripts/tpla_sweep.sh 2>&1 | tee "$OUT/sweep.txt"

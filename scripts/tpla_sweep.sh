@@ -12,11 +12,11 @@ DEVICE=${DEVICE:-cpu}
 mkdir -p "$OUT"
 [ -f datasets/corpus/calib.bin ] || python3 datasets/corpus/build_corpus.py
 printf "%-8s %-3s %-9s %-6s %9s %9s %9s %11s %11s\n" model tp reparam norm mean_rel worst_rel kern_rel bpb_orig bpb_conv
-for m in tiny-v2 tiny-v3; do
+for m in ${MODELS:-tiny-v2 tiny-v3}; do
   "$B/mla-forward/mla-forward" -q capture "datasets/$m" --out "$OUT/$m-cap.h5" --calib datasets/corpus/calib.bin \
     --calib-seqs 64 --eval datasets/corpus/heldout.bin --eval-seqs 8 --seq-len 256 --ref-seqs 1 --ref-len 16
   "$B/mla-calibrate/mla-calibrate" -q --model "datasets/$m" --activations "$OUT/$m-cap.h5" --tp 2,4 -o "$OUT/$m-calib.h5"
-  for tp in 2 4; do
+  for tp in ${TPS:-2 4}; do
     for rp in identity hadamard pca; do
       for norm in approx exact; do
         d="$OUT/$m-tp$tp-$rp-$norm"
