@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -30,6 +33,43 @@ void fsync_dir(const fs::path& dir) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+// Makes everything under `root` durable before it is renamed into place: writeback of every
+// file is started first (so the disk works on all of them at once), then each file and each
+// directory is fsynced. Writers may therefore skip their own per-file fsync.
+void sync_tree(const fs::path& root) {
+  std::vector<fs::path> files, dirs{root};
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_symlink()) continue;
+    if (e.is_directory()) dirs.push_back(e.path());
+    else if (e.is_regular_file()) files.push_back(e.path());
+  }
+  auto open_ro = [](const fs::path& p, int extra) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | extra);
+    if (fd < 0) throw Error(p.string() + ": cannot open to sync: " + std::strerror(errno));
+    return fd;
+  };
+  std::vector<int> fds;
+  try {
+    for (const auto& f : files) {
+      fds.push_back(open_ro(f, 0));
+      ::sync_file_range(fds.back(), 0, 0, SYNC_FILE_RANGE_WRITE);  // a hint; fsync below decides
+    }
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (::fsync(fds[i]) != 0) throw Error(files[i].string() + ": fsync failed: " + std::strerror(errno));
+  } catch (...) {
+    for (int fd : fds) ::close(fd);
+    throw;
+  }
+  for (int fd : fds) ::close(fd);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const int fd = open_ro(*it, O_DIRECTORY);
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) throw Error(it->string() + ": fsync failed: " + std::strerror(err));
+  }
 }
 
 // "." + name + tag + suffix, appended piecewise (GCC 12 warns falsely on "." + std::string).
@@ -94,6 +134,7 @@ AtomicDirectory::~AtomicDirectory() {
 
 void AtomicDirectory::commit() {
   if (committed_) throw Error(final_.string() + ": commit() called twice");
+  sync_tree(tmp_);  // nothing that looks complete exists before all of it is durable
   std::error_code ec;
   fs::path old;
   if (fs::exists(fs::symlink_status(final_, ec))) {

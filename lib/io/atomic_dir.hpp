@@ -19,6 +19,8 @@ class AtomicDirectory {
 
   const std::filesystem::path& tmp_path() const { return tmp_; }
   const std::filesystem::path& final_path() const { return final_; }
+  // fsyncs every file and directory under tmp_path() (writers need not fsync their own
+  // files), then renames it to final_path() and fsyncs the parent.
   void commit();
 
  private:

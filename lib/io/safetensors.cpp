@@ -1,5 +1,7 @@
 #include "io/safetensors.hpp"
 
+#include "io/sha256.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -481,28 +483,94 @@ struct StreamingFileWriter::Impl {
   int fd = -1;
   FileLayout layout;
   std::unordered_map<std::string, size_t> index;
-  std::mutex mutex;  // guards `written`
-  std::vector<bool> written;
+  StreamingWriterOptions options;
+  std::mutex mutex;  // guards `written`, `landed`, `hash_next`, `hashing`
+  std::vector<bool> written;  // claimed by a write() (duplicate check)
+  std::vector<bool> landed;   // its bytes are in the file
   bool finished = false;
+  // Streaming hash (options.hash): the header and tensors [0, hash_next) are hashed; at most
+  // one thread (`hashing`) extends the prefix at a time.
+  std::unique_ptr<Sha256> hasher;
+  size_t hash_next = 0;
+  bool hashing = false;
+  std::string digest;
+
+  uint64_t data_start() const { return 8 + layout.header_json.size(); }
+  // Hashes landed tensors from hash_next on while they are contiguous. `own`/`own_bytes`:
+  // the caller's tensor, still in memory (hashed from there instead of read back).
+  void drain(size_t own, std::span<const std::byte> own_bytes);
 };
 
+void StreamingFileWriter::Impl::drain(size_t own, std::span<const std::byte> own_bytes) {
+  std::vector<std::byte> buf;
+  for (;;) {
+    size_t b = 0, e = 0;
+    {
+      std::lock_guard lock(mutex);
+      b = e = hash_next;
+      while (e < landed.size() && landed[e]) ++e;
+      if (e == b) {
+        hashing = false;
+        return;
+      }
+    }
+    try {
+      for (size_t k = b; k < e; ++k) {
+        if (k == own) {
+          hasher->update(own_bytes.data(), own_bytes.size());
+          continue;
+        }
+        uint64_t off = data_start() + layout.offsets[k], left = layout.order[k].nbytes();
+        if (buf.empty() && left) buf.resize(std::min<uint64_t>(left, 8u << 20));
+        while (left) {
+          const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+          const ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(off));
+          if (got <= 0) {
+            if (got < 0 && errno == EINTR) continue;
+            fail(Kind::Io, tmp.string() + ": read back for SHA-256 failed: " +
+                               (got < 0 ? std::string(std::strerror(errno)) : std::string("unexpected end of file")));
+          }
+          hasher->update(buf.data(), static_cast<size_t>(got));
+          off += static_cast<uint64_t>(got);
+          left -= static_cast<uint64_t>(got);
+        }
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      hashing = false;  // hasher state is now unusable: finish() reports it
+      hash_next = landed.size() + 1;
+      throw;
+    }
+    std::lock_guard lock(mutex);
+    hash_next = e;
+  }
+}
+
 StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
-                                         const std::map<std::string, std::string>& metadata)
+                                         const std::map<std::string, std::string>& metadata,
+                                         StreamingWriterOptions options)
     : impl_(std::make_unique<Impl>()) {
   Impl& w = *impl_;
+  w.options = options;
   w.path = path;
   w.tmp = path;
   w.tmp += ".tmp";
   w.layout = plan_file(std::move(specs), metadata);
   for (size_t i = 0; i < w.layout.order.size(); ++i) w.index.emplace(w.layout.order[i].name, i);
   w.written.assign(w.layout.order.size(), false);
-  w.fd = ::open(w.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  w.landed.assign(w.layout.order.size(), false);
+  w.fd = ::open(w.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // read: options.hash
   if (w.fd < 0) fail(Kind::Io, w.tmp.string() + ": cannot create: " + std::strerror(errno));
   std::byte prefix[8];
   const uint64_t n = w.layout.header_json.size();
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<std::byte>((n >> (8 * i)) & 0xFF);
   pwrite_all(w.fd, prefix, 8, 0, w.tmp.string());
   pwrite_all(w.fd, w.layout.header_json.data(), n, 8, w.tmp.string());
+  if (w.options.hash) {
+    w.hasher = std::make_unique<Sha256>();
+    w.hasher->update(prefix, 8);
+    w.hasher->update(w.layout.header_json);
+  }
   // Sized up front so tensors can land in any order (the file is sparse until written).
   if (ftruncate(w.fd, static_cast<off_t>(w.layout.file_size())) != 0)
     fail(Kind::Io, w.tmp.string() + ": cannot size to " + std::to_string(w.layout.file_size()) +
@@ -536,12 +604,25 @@ void StreamingFileWriter::write(std::string_view name, std::span<const std::byte
   }
   const uint64_t offset = 8 + w.layout.header_json.size() + w.layout.offsets[it->second];
   pwrite_all(w.fd, bytes.data(), bytes.size(), offset, label);
+  bool mine = false;
+  {
+    std::lock_guard lock(w.mutex);
+    w.landed[it->second] = true;
+    if (w.hasher && !w.hashing && w.hash_next == it->second) mine = w.hashing = true;
+  }
+  if (mine) w.drain(it->second, bytes);
+}
+
+const std::string& StreamingFileWriter::sha256() const {
+  if (!impl_->options.hash || !impl_->finished)
+    throw Error(impl_->path.string() + ": sha256() needs a finished writer with options.hash");
+  return impl_->digest;
 }
 
 void StreamingFileWriter::finish() {
   Impl& w = *impl_;
   const std::string label = w.path.string();
-  std::lock_guard lock(w.mutex);
+  std::unique_lock lock(w.mutex);
   if (w.finished) return;
   std::string missing;
   size_t n_missing = 0;
@@ -552,7 +633,19 @@ void StreamingFileWriter::finish() {
   if (n_missing)
     fail(Kind::MissingTensor, label + ": finish() with " + std::to_string(n_missing) + " tensor(s) never written: " +
                                   missing + (n_missing > 5 ? ", ..." : ""));
-  if (fsync(w.fd) != 0) fail(Kind::Io, w.tmp.string() + ": fsync failed: " + std::strerror(errno));
+  if (w.hasher) {
+    // Every write() has returned, so no thread is hashing; hash what is still pending.
+    if (w.hashing || w.hash_next > w.landed.size())
+      fail(Kind::Io, w.tmp.string() + ": SHA-256 of the file is incomplete (an earlier read-back failed)");
+    w.hashing = true;
+    lock.unlock();
+    w.drain(w.landed.size(), {});
+    lock.lock();
+    if (w.hash_next != w.landed.size()) fail(Kind::Io, w.tmp.string() + ": SHA-256 of the file is incomplete");
+    w.digest = w.hasher->hex();
+  }
+  if (w.options.fsync_on_finish && fsync(w.fd) != 0)
+    fail(Kind::Io, w.tmp.string() + ": fsync failed: " + std::strerror(errno));
   const int fd = w.fd;
   w.fd = -1;
   if (::close(fd) != 0) fail(Kind::Io, w.tmp.string() + ": close failed: " + std::strerror(errno));

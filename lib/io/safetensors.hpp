@@ -103,13 +103,24 @@ struct FileLayout {
 };
 FileLayout plan_file(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata);
 
+struct StreamingWriterOptions {
+  // finish() fsyncs the file before renaming it. Off: the caller makes the file durable
+  // (e.g. AtomicDirectory::commit() fsyncs its whole tree before the rename).
+  bool fsync_on_finish = true;
+  // Computes the SHA-256 of the whole file while tensors arrive: whenever the tensors
+  // written so far extend the contiguous prefix of the data buffer, the writer that
+  // completes it hashes that prefix (its own bytes from memory, earlier-landed ones read back
+  // while their pages are hot). sha256() then needs no second pass over the file.
+  bool hash = false;
+};
+
 // Streams one file into `<path>.tmp`, renamed to `path` by finish(): the header is written at construction, tensors may then be written in
 // any order (positional writes, safe from several threads), finish() checks each was
-// written exactly once and fsyncs.
+// written exactly once and (by default) fsyncs.
 class StreamingFileWriter {
  public:
   StreamingFileWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
-                      const std::map<std::string, std::string>& metadata);
+                      const std::map<std::string, std::string>& metadata, StreamingWriterOptions options = {});
   ~StreamingFileWriter();  // unfinished: the `.tmp` file is removed
   StreamingFileWriter(const StreamingFileWriter&) = delete;
   StreamingFileWriter& operator=(const StreamingFileWriter&) = delete;
@@ -118,6 +129,8 @@ class StreamingFileWriter {
   // DuplicateName (written twice).
   void write(std::string_view name, std::span<const std::byte> bytes);
   void finish();
+  // Hex SHA-256 of the finished file (options.hash); throws Error before finish() or without hash.
+  const std::string& sha256() const;
 
  private:
   struct Impl;

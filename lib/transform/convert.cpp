@@ -17,6 +17,7 @@
 #include "io/atomic_dir.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
+#include "io/sha256.hpp"
 #include "transform/calib_input.hpp"
 #include "transform/encode.hpp"
 #include "transform/shard_table.hpp"
@@ -105,37 +106,6 @@ std::optional<TensorView> scale_of(const io::Checkpoint& ckpt, const std::string
   return std::nullopt;
 }
 
-// Per-rank writers, one per shard file; write() may be called from any thread.
-class RankWriters {
- public:
-  RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes) : dir_(dir) {
-    plan_ = io::plan_shards(rp.tensors, max_shard_bytes);
-    const std::map<std::string, std::string> meta{{"format", "pt"}};
-    for (size_t i = 0; i < plan_.shards.size(); ++i)
-      writers_.push_back(std::make_unique<io::StreamingFileWriter>(dir / plan_.file_names[i], plan_.shards[i], meta));
-    for (size_t i = 0; i < plan_.shards.size(); ++i)
-      for (const auto& t : plan_.shards[i]) where_[t.name] = i;
-  }
-  void write(const std::string& name, std::span<const std::byte> bytes) {
-    writers_.at(where_.at(name))->write(name, bytes);
-  }
-  void finish() {
-    for (auto& w : writers_) w->finish();
-    if (plan_.file_names.size() > 1) {
-      const fs::path tmp = dir_ / (std::string(io::kIndexFileName) + ".tmp");
-      std::ofstream(tmp, std::ios::binary) << io::index_json(plan_);
-      fs::rename(tmp, dir_ / io::kIndexFileName);
-    }
-  }
-  const io::ShardPlan& plan() const { return plan_; }
-
- private:
-  fs::path dir_;
-  io::ShardPlan plan_;
-  std::vector<std::unique_ptr<io::StreamingFileWriter>> writers_;
-  std::map<std::string, size_t> where_;
-};
-
 void write_text_file(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   {
@@ -146,6 +116,55 @@ void write_text_file(const fs::path& path, const std::string& text) {
   }
   fs::rename(tmp, path);
 }
+
+// Per-rank writers, one per shard file; write() may be called from any thread. Each file's
+// SHA-256 is computed while it is written (no second pass over the output); durability is
+// left to AtomicDirectory::commit(), which fsyncs the whole tree once before the rename.
+class RankWriters {
+ public:
+  RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes) : dir_(dir) {
+    plan_ = io::plan_shards(rp.tensors, max_shard_bytes);
+    const std::map<std::string, std::string> meta{{"format", "pt"}};
+    const io::StreamingWriterOptions wo{.fsync_on_finish = false, .hash = true};
+    for (size_t i = 0; i < plan_.shards.size(); ++i)
+      writers_.push_back(std::make_unique<io::StreamingFileWriter>(dir / plan_.file_names[i], plan_.shards[i], meta, wo));
+    for (size_t i = 0; i < plan_.shards.size(); ++i)
+      for (const auto& t : plan_.shards[i]) where_[t.name] = i;
+  }
+  void write(const std::string& name, std::span<const std::byte> bytes) {
+    writers_.at(where_.at(name))->write(name, bytes);
+  }
+  // (file index, byte offset) of a tensor: units run in this order so that each file's
+  // hashed prefix advances as the bytes arrive.
+  std::pair<size_t, uint64_t> position(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) return {SIZE_MAX, 0};
+    const io::FileLayout& l = writers_[it->second]->layout();
+    for (size_t k = 0; k < l.order.size(); ++k)
+      if (l.order[k].name == name) return {it->second, l.offsets[k]};
+    return {SIZE_MAX, 0};
+  }
+  void finish() {
+    for (size_t i = 0; i < writers_.size(); ++i) {
+      writers_[i]->finish();
+      sha256_[plan_.file_names[i]] = writers_[i]->sha256();
+    }
+    if (plan_.file_names.size() > 1) {
+      const std::string text = io::index_json(plan_);
+      write_text_file(dir_ / io::kIndexFileName, text);
+      sha256_[std::string(io::kIndexFileName)] = io::sha256_hex(text);
+    }
+  }
+  const io::ShardPlan& plan() const { return plan_; }
+  const std::map<std::string, std::string>& sha256() const { return sha256_; }
+
+ private:
+  fs::path dir_;
+  io::ShardPlan plan_;
+  std::vector<std::unique_ptr<io::StreamingFileWriter>> writers_;
+  std::map<std::string, size_t> where_;
+  std::map<std::string, std::string> sha256_;  // file name -> hex, after finish()
+};
 
 // Everything decided before a byte is written.
 struct Plan {
@@ -500,6 +519,13 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const io::Checkpoint ckpt = io::Checkpoint::open(o.input);
   Plan p = make_plan(ckpt, o);
   ConvertResult& res = p.result;
+  auto phase_start = t0;
+  auto phase = [&](const char* what) {  // per-phase wall time, for docs/benchmarks.md
+    const auto now = std::chrono::steady_clock::now();
+    spdlog::info("phase {}: {:.2f} s", what, std::chrono::duration<double>(now - phase_start).count());
+    phase_start = now;
+  };
+  phase("plan (open, validate, fingerprint)");
   if (o.dry_run) return res;
 
   io::AtomicDirectory out(o.output);
@@ -508,6 +534,19 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
     const fs::path dir = out.tmp_path() / rank_dir_name(r, o.tp);
     fs::create_directories(dir);
     w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes));
+  }
+  // Units in output-file order (rank 0's layout; the ranks share it), so the streaming
+  // hashes advance while the units run. The order does not change the output bytes.
+  {
+    auto key = [&](const Unit& u) {
+      return w.ranks[0]->position(u.kind == Unit::Kind::Simple ? u.name : attn(u.layer, "kv_a_proj_with_mqa.weight"));
+    };
+    std::vector<std::pair<std::pair<size_t, uint64_t>, size_t>> order;
+    for (size_t i = 0; i < p.units.size(); ++i) order.push_back({key(p.units[i]), i});
+    std::stable_sort(order.begin(), order.end());
+    std::vector<Unit> sorted;
+    for (const auto& [k, i] : order) sorted.push_back(p.units[i]);
+    p.units = std::move(sorted);
   }
 
   // Workers take units in order; the first error stops everyone and is rethrown.
@@ -562,11 +601,13 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
     input_hashes.wait();
     std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
   }
+  phase("convert (workers, output hashed as written)");
   for (auto& rw : w.ranks) rw->finish();
+  phase("finish (last hash bytes, rename)");
 
   // Provenance, configs, hashes, manifest.
-  spdlog::info("hashing outputs (SHA-256)");
   const nlohmann::json inputs = input_hashes.get();
+  phase("wait for input hashes");
   const nlohmann::json opts = options_json(o, res.g, p.calib_sha256);
   const nlohmann::json provenance = {{"tool", kToolName}, {"version", MLA_VERSION_STRING},
                                      {"checkpoint_fingerprint", p.fingerprint}, {"options", opts},
@@ -574,12 +615,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   nlohmann::json outputs = nlohmann::json::object();
   for (int r = 0; r < o.tp; ++r) {
     const std::string rd = rank_dir_name(r, o.tp);
-    write_text_file(out.tmp_path() / rd / "config.json", rank_config(ckpt, p, o, r, provenance).dump(2) + "\n");
-    std::vector<std::string> names = w.ranks[r]->plan().file_names;
-    names.push_back("config.json");
-    if (names.size() > 2) names.push_back(std::string(io::kIndexFileName));
-    std::sort(names.begin(), names.end());
-    for (const auto& nm : names) outputs[rd + "/" + nm] = io::sha256_file(out.tmp_path() / rd / nm);
+    const std::string config_text = rank_config(ckpt, p, o, r, provenance).dump(2) + "\n";
+    write_text_file(out.tmp_path() / rd / "config.json", config_text);
+    std::map<std::string, std::string> hashes = w.ranks[r]->sha256();
+    hashes["config.json"] = io::sha256_hex(config_text);
+    for (const auto& [nm, h] : hashes) outputs[rd + "/" + nm] = h;
   }
   nlohmann::json manifest = {{"tool", kToolName},
                              {"version", MLA_VERSION_STRING},
@@ -588,7 +628,9 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
                              {"ranks", o.tp},
                              {"outputs", outputs}};
   write_text_file(out.tmp_path() / "manifest.json", manifest.dump(2) + "\n");
-  out.commit();
+  phase("configs + manifest");
+  out.commit();  // fsyncs every file and directory, then renames into place
+  phase("sync (fsync all outputs) + commit");
   res.manifest = manifest;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("wrote {} ({} ranks, {:.1f} MB) in {:.2f} s", o.output.string(), o.tp, res.output_bytes / 1e6, res.seconds);

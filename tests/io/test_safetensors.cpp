@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "io/atomic_dir.hpp"
+#include "io/fingerprint.hpp"
 #include "io/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -218,6 +219,50 @@ TEST(Safetensors, StreamingWriterAcceptsAnyOrderFromThreads) {
   }
   write_safetensors(dir.path() / "ref.safetensors", ts, {});
   EXPECT_EQ(read_bytes(path), read_bytes(dir.path() / "ref.safetensors"));
+}
+
+TEST(Safetensors, StreamingWriterHashesWhileWriting) {
+  // options.hash: the digest computed from the arriving bytes equals a second pass over the
+  // finished file, for writes in order, reversed, and interleaved from two threads (also with
+  // empty tensors and a multi-chunk read-back); fsync_on_finish = false still renames.
+  TempDir dir;
+  std::vector<OwnedTensor> ts;
+  std::vector<TensorSpec> specs;
+  for (int i = 0; i < 48; ++i) {
+    const Shape shape = i % 11 == 3 ? Shape{0, 5} : (i == 7 ? Shape{3000, 2000} : Shape{17, 3 + i % 5});
+    ts.push_back(patterned(join("t", std::to_string(i)), i % 3 ? DType::BF16 : DType::F32, shape, i));
+    specs.push_back({ts.back().name, ts.back().dtype, ts.back().shape});
+  }
+  const StreamingWriterOptions opts{.fsync_on_finish = false, .hash = true};
+  for (int mode = 0; mode < 3; ++mode) {
+    const auto path = dir.path() / join("h", std::to_string(mode));
+    std::string digest;
+    {
+      StreamingFileWriter w(path, specs, {{"format", "pt"}}, opts);
+      EXPECT_THROW((void)w.sha256(), Error);  // not finished yet
+      if (mode == 0) {
+        for (const auto& s : w.layout().order)
+          for (const auto& t : ts)
+            if (t.name == s.name) w.write(t.name, t.bytes);
+      } else if (mode == 1) {
+        for (int i = 47; i >= 0; --i) w.write(ts[i].name, ts[i].bytes);
+      } else {
+        std::thread a([&] { for (int i = 47; i >= 0; i -= 2) w.write(ts[i].name, ts[i].bytes); });
+        std::thread b([&] { for (int i = 0; i < 48; i += 2) w.write(ts[i].name, ts[i].bytes); });
+        a.join();
+        b.join();
+      }
+      w.finish();
+      digest = w.sha256();
+    }
+    EXPECT_EQ(digest, sha256_file(path)) << "mode " << mode;
+    EXPECT_FALSE(fs::exists(join(path.string(), ".tmp")));
+  }
+  // Without options.hash there is no digest.
+  StreamingFileWriter plain(dir.path() / "plain", {{"a", DType::F32, {2}}}, {});
+  plain.write("a", patterned("a", DType::F32, {2}, 0).bytes);
+  plain.finish();
+  EXPECT_THROW((void)plain.sha256(), Error);
 }
 
 TEST(Safetensors, StreamingWriterRejectsMisuse) {
