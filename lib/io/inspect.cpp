@@ -199,11 +199,16 @@ std::string inspect_to_table(const InspectReport& r) {
   o << buf;
   std::snprintf(buf, sizeof buf, "  %-18s %7s %10s %10s %10s\n", "layout", "latent", "BF16", "FP8", "FP4");
   o << buf;
+  bool fp4_na = false;
   for (const auto& k : r.kv_per_device) {
-    std::snprintf(buf, sizeof buf, "  %-18s %7lld %10lld %10lld %10lld\n", k.layout.c_str(), (long long)k.latent_width,
-                  (long long)k.bf16, (long long)k.fp8, (long long)k.fp4);
+    // FP4 packs groups of 32 latent values with one scale byte: a narrower slice has no FP4 layout.
+    const std::string fp4 = k.fp4 > 0 ? std::to_string(k.fp4) : "n/a";
+    fp4_na = fp4_na || k.fp4 == 0;
+    std::snprintf(buf, sizeof buf, "  %-18s %7lld %10lld %10lld %10s\n", k.layout.c_str(), (long long)k.latent_width,
+                  (long long)k.bf16, (long long)k.fp8, fp4.c_str());
     o << buf;
   }
+  if (fp4_na) o << "  (n/a: FP4 needs a latent slice that is a multiple of its 32-value scale group)\n";
   return o.str();
 }
 
