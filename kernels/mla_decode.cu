@@ -9,6 +9,7 @@
 // zero-filled past the request's length so NaN-poisoned page tails never reach P.V.
 #include "kernels/mla_decode.hpp"
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cub/block/block_scan.cuh>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels {
 namespace {
@@ -867,6 +869,305 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
   }
 }
 
+// ---- v4 split kernel for > 16 query rows (many heads): wgmma (sm_90a), variant 8 ----
+// STATUS: experimental, not the default: in its first H200 run it was 1.7x faster than the
+// mma.sync path at H=128 but produced wrong or unwritten outputs in 3 GPU test cases (a part
+// with two segments, 132 single-tile parts): see docs/gpu-notes.md (v4).
+// A CTA = 2 consumer warpgroups + 1 producer warp, one 64-row block, the part's (request, tile)
+// run in 32-token tiles (the twin's tile: same online-softmax order). Shared memory holds Q
+// (64 x (d_c + d_r)) and a 3-stage ring of K tiles in the 128-byte-swizzled K-major layout
+// wgmma reads through matrix descriptors: 64-column blocks of rows of 128 B, 8-row atoms of
+// 1 KB. The producer loads each tile with one TMA box (64 columns x 32 tokens, swizzle 128B)
+// per 64-column block from its page, onto the stage's "full" mbarrier; rows past the request's
+// length are zeroed by the consumers before use (pages past L may hold NaN). S = Q K^T: warpgroup
+// w takes k-steps [w * nk/2, (w + 1) * nk/2) (wgmma m64n32k16, both operands from shared
+// memory); the two fp32 partial tiles are exchanged through shared memory (double-buffered, one
+// named barrier per tile) and summed (a + b: identical in both), so both warpgroups hold the same
+// S, row max, P and l. P (bf16) goes from the S accumulators into wgmma A registers; O += P V:
+// warpgroup w owns O columns [w d_c/2, (w+1) d_c/2) (wgmma m64n(d_c/2)k16, V = the tile's first
+// d_c columns read MN-major through a descriptor with tnspB). Rounding points as the twin.
+constexpr int kV4BN = 32;
+constexpr int kV4Stages = 3;
+constexpr int kV4Threads = 384;  // 2 consumer warpgroups + 1 producer warpgroup (setmaxnreg)
+constexpr size_t kV4MaxSmem = 232448;  // 227 KB opt-in per block on sm_90
+
+template <int DC>
+struct V4Cfg {
+  static constexpr int kNHalf = DC / 2;     // O columns per warpgroup
+  static constexpr int kOReg = kNHalf / 2;  // fp32 accumulators per thread: 64 x kNHalf / 128
+  static constexpr size_t smem_bytes(int dim) {
+    const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
+    return 1024 + nblk * 8192 + kV4Stages * nblk * kV4BN * 128 + 2 * 2 * 16 * 128 * 4 + 256;
+  }
+};
+
+// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1).
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16;
+  d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
+  return d;
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+template <int DC>
+__global__ void __launch_bounds__(kV4Threads, 1)
+    decode_split_v4_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
+                           const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = V4Cfg<DC>;
+  constexpr int S = kV4Stages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* gbase = smem_raw + (base - raw);
+  const int dim = DC + p.d_r;
+  const int nblk = (dim + 63) / 64;
+  const int nk = dim / 16;
+  const uint32_t sQ = base;
+  const uint32_t stage_bytes = nblk * kV4BN * 128;
+  const uint32_t sK = sQ + nblk * 8192;
+  float* sX = reinterpret_cast<float*>(gbase + nblk * 8192 + S * stage_bytes);  // [2][2][16][128]
+  unsigned char* bars = reinterpret_cast<unsigned char*>(sX + 2 * 2 * 16 * 128);
+  const uint32_t bar0 = smem_u32(bars);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  volatile int* sValid = reinterpret_cast<volatile int*>(bars + 16 * S);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * (S + s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  griddep_wait();  // the schedule (previous kernel) is complete from here on
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+  const int row0 = blockIdx.y * 64;
+
+  if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      int it = 0;
+      for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+        const int L = p.seqlens[b];
+        const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV4BN);
+        const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+        for (int ti = t; ti < stop; ++ti, ++it) {
+          const int stage = it % S;
+          const uint32_t par = (it / S) & 1;
+          const int j0 = ti * kV4BN;
+          int valid = 0, row = 0;
+          if (j0 < L) {
+            const int slot = j0 / p.page_size;
+            const int page = slot < p.max_pages ? ptab[slot] : -1;
+            if (page >= 0 && page < p.num_pages) {
+              valid = min(kV4BN, L - j0);
+              row = page * p.page_size + j0 % p.page_size;
+            } else if (p.error_flag != nullptr) {
+              atomicExch(p.error_flag, 1);  // bad device data: tile skipped (zero keys), flagged
+            }
+          }
+          mbar_wait(bar0 + 8 * (S + stage), par ^ 1);
+          sValid[stage] = valid;
+          if (valid > 0) {
+            mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
+            const uint32_t dst = sK + stage * stage_bytes;
+            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * kV4BN * 128, &kv_map, kb * 64, row, bar0 + 8 * stage);
+          } else {
+            mbar_arrive(bar0 + 8 * stage);
+          }
+        }
+      }
+    }
+  } else {
+  // ---- consumers: warpgroups 0 and 1 ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp / 4, wiw = warp % 4, tid = threadIdx.x % 128;
+  const int g = lane / 4, tq = lane % 4;
+  const float scale_log2 = p.scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  int my_row[2], lim_off[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    my_row[h] = row0 + wiw * 16 + g + 8 * h;
+    const int tok = min(my_row[h] / p.heads, p.s_q - 1);
+    lim_off[h] = p.s_q - 1 - tok;
+  }
+  const int nkh = nk / 2;  // k-steps per warpgroup (d_c + d_r is a multiple of 32 on this path)
+  const uint32_t k_byte0 = wg * nkh * 32;  // this warpgroup's first column, in bytes
+  const bf16* q = reinterpret_cast<const bf16*>(p.q);
+  const int cpr = dim / 8;  // 16-byte chunks per Q row
+  int split = in[4];
+  int it = 0;
+  for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV4BN);
+    const int n_split = offsets[b + 1] - offsets[b];
+    named_bar_sync(1, 256);  // both warpgroups are done reading the previous segment's Q
+    {
+      const bf16* qb = q + static_cast<size_t>(b) * rows * dim;
+      for (int c = threadIdx.x; c < 64 * cpr; c += 256) {
+        const int r = c / cpr, k = c - r * cpr;
+        const int gr = row0 + r;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (gr < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(gr) * dim + k * 8);
+        st_shared_v4(sQ + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
+      }
+      fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
+      named_bar_sync(1, 256);
+    }
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
+    float acc[C::kOReg];
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
+
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+      const int valid = sValid[stage];
+      const uint32_t tile = sK + stage * stage_bytes;
+      if (valid < kV4BN) {  // zero the rows past L (NaN-poisoned page tails must not reach P.V)
+        for (int c = threadIdx.x; c < nblk * kV4BN * 8; c += 256) {
+          const int r = (c >> 3) % kV4BN;
+          if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
+        }
+        fence_proxy_async();
+        named_bar_sync(2, 256);
+      }
+
+      // ---- S partial = Q K^T over this warpgroup's k-steps ----
+      float s[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        s[i] = 0.f;
+        gmma::fence_operand(s[i]);
+      }
+      gmma::fence();
+      for (int kk = 0; kk < nkh; ++kk) {
+        const uint32_t kb = k_byte0 + kk * 32;  // byte column: block kb / 128, 32-byte step within it
+        const uint64_t da = gmma_desc(sQ + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
+        const uint64_t db = gmma_desc(tile + (kb >> 7) * (kV4BN * 128) + (kb & 127), 16, 1024);
+        gmma::wgmma_ss_n32(s, da, db);
+      }
+      gmma::commit();
+      gmma::wait<0>();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) gmma::fence_operand(s[i]);
+      {
+        float* mine = sX + ((it & 1) * 2 + wg) * 16 * 128;
+        const float* other = sX + ((it & 1) * 2 + (wg ^ 1)) * 16 * 128;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) mine[i * 128 + tid] = s[i];
+        named_bar_sync(3, 256);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) s[i] = s[i] + other[i * 128 + tid];  // a + b == b + a: same S in both
+      }
+
+      // ---- scale into base 2, causal/length mask, row max (rows live in one quad) ----
+      const int jbase = ti * kV4BN;
+      float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int h = (i >> 1) & 1;
+        const int j = jbase + (i >> 2) * 8 + 2 * tq + (i & 1);
+        const float x = (j < L - lim_off[h]) ? s[i] * scale_log2 : neg_inf;
+        s[i] = x;
+        tmax[h] = fmaxf(tmax[h], x);
+      }
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+        const float m_new = fmaxf(m_run[h], tmax[h]);
+        m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+        alpha[h] = exp2f(m_run[h] - m_use[h]);
+        m_run[h] = m_new;
+      }
+      float lsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float pv = exp2f(s[i] - m_use[(i >> 1) & 1]);
+        lsum[(i >> 1) & 1] += pv;
+        s[i] = pv;
+      }
+      l_run[0] = l_run[0] * alpha[0] + lsum[0];
+      l_run[1] = l_run[1] * alpha[1] + lsum[1];
+      uint32_t pa[2][4];
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        const int n0 = 2 * ks, n1 = 2 * ks + 1;
+        pa[ks][0] = pack_bf16(s[n0 * 4 + 0], s[n0 * 4 + 1]);
+        pa[ks][1] = pack_bf16(s[n0 * 4 + 2], s[n0 * 4 + 3]);
+        pa[ks][2] = pack_bf16(s[n1 * 4 + 0], s[n1 * 4 + 1]);
+        pa[ks][3] = pack_bf16(s[n1 * 4 + 2], s[n1 * 4 + 3]);
+      }
+
+      // ---- O = O * alpha + P V (this warpgroup's d_c / 2 columns) ----
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      gmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        const uint64_t dv = gmma_desc(tile + wg * (DC / 128) * (kV4BN * 128) + ks * 2048, kV4BN * 128, 1024);
+        if constexpr (C::kNHalf == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
+        else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
+        else gmma::wgmma_rs_n64(acc, pa[ks], dv);
+      }
+      gmma::commit();
+      gmma::wait<0>();
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + stage));  // this warp is done with the stage
+    }
+
+    // ---- epilogue ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      const int r = my_row[h];
+      if (r >= rows) continue;
+      const float l = l_run[h];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
+      const int c0 = wg * C::kNHalf + 2 * tq;
+      if (n_split == 1) {
+        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + c0;
+#pragma unroll
+        for (int n = 0; n < C::kNHalf / 8; ++n)
+          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
+              __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+        if (wg == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+      } else {
+        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
+#pragma unroll
+        for (int n = 0; n < C::kNHalf / 8; ++n)
+          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+        if (wg == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+      }
+    }
+  }
+  }  // consumers
+}
+
 // One block per (request, row): merges the request's splits by natural-log LSE, in fp32.
 __global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
                                       const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
@@ -987,6 +1288,63 @@ void launch_split_v3(const quant::Bf16DecodeParams& p, const Workspace& w, cudaS
          w.o_acc, w.lse_acc, fused_combine(p) ? w.counts : static_cast<int32_t*>(nullptr));
 }
 
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn fn = nullptr;
+  if (fn == nullptr) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q),
+               "driver entry point cuTensorMapEncodeTiled");
+    if (f == nullptr || q != cudaDriverEntryPointSuccess) throw Error("mla decode: cuTensorMapEncodeTiled not found");
+    fn = reinterpret_cast<EncodeTiledFn>(f);
+  }
+  return fn;
+}
+// The cache as a 2-D tensor [num_pages * page_size rows, d_c + d_r] bf16; box 64 columns x 32
+// tokens, 128-byte swizzle (the wgmma K-major layout); columns past d_c + d_r read as zeros.
+CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
+  CUtensorMap m;
+  const cuuint64_t dim = static_cast<cuuint64_t>(p.d_c + p.d_r);
+  const cuuint64_t gdim[2] = {dim, static_cast<cuuint64_t>(p.num_pages) * p.page_size};
+  const cuuint64_t gstride[1] = {dim * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(kV4BN)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache), gdim,
+                                    gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw Error("mla decode: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return m;
+}
+
+// v4 (wgmma) many-head path, variant 8 only (NOT the default: it failed 3 GPU test cases in its
+// first H200 run, docs/gpu-notes.md): d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages +
+// exchange within 227 KB (d_r <= 64 at d_c = 512). Otherwise the v3 mma.sync 64-row path.
+bool use_v4(const quant::Bf16DecodeParams& p) {
+  if (p.s_q * p.heads <= 16 || p.variant != 8 || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0) return false;
+  const size_t dim = static_cast<size_t>(p.d_c + p.d_r);
+  return V4Cfg<512>::smem_bytes(static_cast<int>(dim)) <= kV4MaxSmem;
+}
+
+template <int DC>
+void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  using C = V4Cfg<DC>;
+  auto kernel = decode_split_v4_kernel<DC>;
+  static bool attr_set = false;
+  if (!attr_set) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
+               "cudaFuncSetAttribute(max dynamic shared memory, v4)");
+    attr_set = true;
+  }
+  const CUtensorMap map = make_kv_map(p);
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
+         "split kernel (v4) launch", map, p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+}
+
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   const quant::DecodeTileConfig cfg = quant::decode_tile_config(p.s_q, p.heads);
@@ -1000,7 +1358,13 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStr
       else
         launch_split_v3<DC, kV3Stages, 2>(p, w, stream);  // v3b: 2 CTAs/SM, 2-stage ring each
   } else {
-    launch_split<DC, 4, 2, 32, 3, 1>(p, w, cfg.row_blocks, stream);  // 8 warps, 64 rows, 1 CTA/SM
+    if constexpr (DC >= 128) {
+      if (use_v4(p)) {
+        launch_split_v4<DC>(p, w, cfg.row_blocks, stream);  // wgmma: 2 warpgroups + TMA producer
+        return;
+      }
+    }
+    launch_split<DC, 4, 2, 32, 3, 1>(p, w, cfg.row_blocks, stream);  // v3 mma.sync: 8 warps, 64 rows, 1 CTA/SM
   }
 }
 
@@ -1035,8 +1399,8 @@ void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int 
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 6)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..6)");
+  if (p_in.variant < 0 || p_in.variant > 8)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..8)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);

@@ -60,7 +60,9 @@ struct Bf16DecodeParams {
   // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without
   // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
   // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
-  // launch plainly; the others use programmatic dependent launches.
+  // launch plainly; the others use programmatic dependent launches. > 16 rows: 7 = the v3
+  // mma.sync 64-row path (the default for every variant but 8); 8 = v4, the wgmma + TMA path
+  // (experimental: failed 3 GPU test cases in its first run; docs/gpu-notes.md, v4).
   int variant = 0;
 };
 

@@ -25,6 +25,24 @@ H16="--batch 128 --heads 16 --dc 512 --dr 64 --page 64"
 # 1 = v3b kernels + v2 scheduler; 2 = v2 as committed before v3. Variants 0, 5 and 2 run three
 # times each (separate processes, interleaved): run-to-run spread is several percent.
 # (Run before: v3a without PDL, pages in pool order: docs/gpu-notes.md.)
+# many: only the many-head shapes, v4 (wgmma, variant 8, experimental) against the default
+# (the v3 mma.sync 64-row path, also variant 7), interleaved, in this one process set.
+if [ "$MODE" = many ]; then
+  for rep in 1 2; do
+    for v in 8 7; do
+      tb=""; [ $v = 8 ] && [ $rep = 1 ] && tb="--torch-baseline"
+      run h128_l8k_v${v}_r$rep --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --variant $v $tb
+      run tpla_h128_dc256_l8k_v${v}_r$rep  --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 8192 --page 64 --variant $v
+      run hp_h64_dc512_l8k_v${v}_r$rep     --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 8192 --page 64 --variant $v
+      run tpla_h128_dc256_l32k_v${v}_r$rep --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 32768 --page 64 --variant $v
+      run hp_h64_dc512_l32k_v${v}_r$rep    --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 32768 --page 64 --variant $v
+      run h16_l4k_mtp_v${v}_r$rep --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --sq 2 --variant $v
+    done
+  done
+  python3 -c "import json,glob; print(json.dumps({f.split('/')[-1][:-5]: json.load(open(f)) for f in sorted(glob.glob('/tmp/mla-json/*.json'))}, indent=1))" > "$OUT/bench.json"
+  echo "=== summary ==="; grep -E "^decode|^pytorch" "$OUT/bench.log"
+  exit 0
+fi
 for rep in 1 2 3; do
   for v in 0 5 2; do
     tb=""; [ $v = 0 ] && [ $rep = 1 ] && tb="--torch-baseline"
@@ -36,6 +54,7 @@ for v in 3 4 6 1; do
 done
 if [ "$MODE" = full ]; then
   run h128_l8k_v0  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --torch-baseline
+  run h128_l8k_v8  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --variant 8
   run h128_l8k_v2  --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --variant 2
   run tpla_h128_dc256_l8k  --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 8192 --page 64
   run hp_h64_dc512_l8k     --batch 128 --heads 64 --dc 512 --dr 64 --seqlen 8192 --page 64
