@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "calibration/calibrate.hpp"
-#include "calibration/model_weights.hpp"
+#include "io/mla_weights.hpp"
 #include "calibration/synthetic.hpp"
 #include "common/cli_common.hpp"
 #include "io/checkpoint.hpp"
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     for (int64_t g : parse_list(o.tp, "--tp")) o.calib.groups.push_back(static_cast<int>(g));
     if (!o.layers.empty()) o.calib.layers = parse_list(o.layers, "--layers");
     mla::calib::WeightsProvider weights = [&](int64_t layer) {
-      if (ckpt) return mla::calib::load_layer_weights(*ckpt, layer);
+      if (ckpt) return mla::io::load_attention_weights(*ckpt, layer);
       mla::model::AttentionWeights w;  // latent-only path: gamma = 1, no projections
       w.kv_a_layernorm = mla::VectorD::Ones(cfg.kv_lora_rank);
       w.kv_b_proj = mla::MatrixR::Zero(cfg.num_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), cfg.kv_lora_rank);
