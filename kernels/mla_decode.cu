@@ -870,9 +870,9 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
 }
 
 // ---- v4 split kernel for > 16 query rows (many heads): wgmma (sm_90a), variant 8 ----
-// STATUS: experimental, not the default: in its first H200 run it was 1.7x faster than the
-// mma.sync path at H=128 but produced wrong or unwritten outputs in 3 GPU test cases (a part
-// with two segments, 132 single-tile parts): see docs/gpu-notes.md (v4).
+// STATUS: experimental, not the default: ~1.7x faster than the mma.sync path at H=128 on an
+// H200, but 1-3 GPU test cases give wrong values or NaN when run after other cases in one
+// process (they pass alone and under compute-sanitizer): see docs/gpu-notes.md (v4).
 // A CTA = 2 consumer warpgroups + 1 producer warp, one 64-row block, the part's (request, tile)
 // run in 32-token tiles (the twin's tile: same online-softmax order). Shared memory holds Q
 // (64 x (d_c + d_r)) and a 3-stage ring of K tiles in the 128-byte-swizzled K-major layout
@@ -1226,7 +1226,7 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
 }
 // Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
-bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || p.variant >= 3; }
+bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || (p.variant >= 3 && p.variant != 9); }
 // Variant 6 (experiment, slower: docs/gpu-notes.md): <= 16 rows merge a request's splits inside
 // the v3 split kernel (the CTA finishing the last split), no combine launch.
 bool fused_combine(const quant::Bf16DecodeParams& p) { return p.s_q * p.heads <= 16 && p.variant == 6; }
@@ -1320,11 +1320,12 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
   return m;
 }
 
-// v4 (wgmma) many-head path, variant 8 only (NOT the default: it failed 3 GPU test cases in its
-// first H200 run, docs/gpu-notes.md): d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages +
+// v4 (wgmma) many-head path, variants 8 and 9 only (NOT the default: some GPU test cases fail
+// when run after others, docs/gpu-notes.md): d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages +
 // exchange within 227 KB (d_r <= 64 at d_c = 512). Otherwise the v3 mma.sync 64-row path.
 bool use_v4(const quant::Bf16DecodeParams& p) {
-  if (p.s_q * p.heads <= 16 || p.variant != 8 || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0) return false;
+  if (p.s_q * p.heads <= 16 || (p.variant != 8 && p.variant != 9) || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
+    return false;  // 9 = 8 launched without programmatic dependent launch (diagnostic)
   const size_t dim = static_cast<size_t>(p.d_c + p.d_r);
   return V4Cfg<512>::smem_bytes(static_cast<int>(dim)) <= kV4MaxSmem;
 }
@@ -1399,8 +1400,8 @@ void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int 
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 8)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..8)");
+  if (p_in.variant < 0 || p_in.variant > 9)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..9)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);

@@ -62,7 +62,8 @@ struct Bf16DecodeParams {
   // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
   // launch plainly; the others use programmatic dependent launches. > 16 rows: 7 = the v3
   // mma.sync 64-row path (the default for every variant but 8); 8 = v4, the wgmma + TMA path
-  // (experimental: failed 3 GPU test cases in its first run; docs/gpu-notes.md, v4).
+  // (experimental: some GPU test cases fail when run after others; docs/gpu-notes.md, v4);
+  // 9 = 8 launched without programmatic dependent launch (diagnostic).
   int variant = 0;
 };
 

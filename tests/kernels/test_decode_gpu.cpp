@@ -175,9 +175,9 @@ TEST(DecodeGpu, ManyHeadsTwoRowBlocks) {
 }
 // v4 (wgmma, TMA ring; variant 8) many-head path: tails and page boundaries (NaN-poisoned page
 // tails), the TPLA slice, MTP, a partial row block, 64K, page 128 with 132 single-tile parts.
-// DISABLED: the first H200 run failed "v4 H64 dc512 64K" (the short request of a two-segment
-// part left unwritten) and, with v4 as default, Page128TplaSlice and MtpTwoQueryTokens; the
-// other cases here passed (docs/gpu-notes.md, v4). Run with --gtest_also_run_disabled_tests.
+// DISABLED: run together in one process, 1-3 of these cases fail (which ones varies between
+// runs: wrong values or NaN); in a fresh process, alone, they passed (docs/gpu-notes.md, v4).
+// Run with --gtest_also_run_disabled_tests.
 TEST(DecodeGpu, DISABLED_WgmmaManyHeadPath) {
   REQUIRE_GPU();
   run_gpu_case({"v4 H128 dc512 bounds", {1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 2000}, 1, 128, 512, 64, 64, 8}, 130);
@@ -188,6 +188,19 @@ TEST(DecodeGpu, DISABLED_WgmmaManyHeadPath) {
   run_gpu_case({"v4 H64 dc512 64K", {65536, 7}, 1, 64, 512, 64, 64, 8}, 135);
   run_gpu_case({"v4 H64 dc256 p128", {129, 3000, 127}, 1, 64, 256, 64, 128, 8}, 103);
   run_gpu_case({"v4 sq2 H16 dc512", {1, 2, 64, 65, 1000}, 2, 16, 512, 64, 64, 8}, 104);
+}
+// The smallest failing v4 cases alone (for compute-sanitizer runs).
+TEST(DecodeGpu, DISABLED_WgmmaSmallFailingCases) {
+  REQUIRE_GPU();
+  run_gpu_case({"v4 H64 dc256 p128", {129, 3000, 127}, 1, 64, 256, 64, 128, 8}, 103);
+  run_gpu_case({"v4 H64 dc512 {200, 7}", {200, 7}, 1, 64, 512, 64, 64, 8}, 138);
+}
+// The same v4 kernel launched without programmatic dependent launch (variant 9, diagnostic).
+TEST(DecodeGpu, DISABLED_WgmmaWithoutPdl) {
+  REQUIRE_GPU();
+  run_gpu_case({"v4 noPDL H64 dc256 p128", {129, 3000, 127}, 1, 64, 256, 64, 128, 9}, 103);
+  run_gpu_case({"v4 noPDL H64 dc512 64K", {65536, 7}, 1, 64, 512, 64, 64, 9}, 135);
+  run_gpu_case({"v4 noPDL sq2 H64 dc512", {1, 2, 33, 65, 3000}, 2, 64, 512, 64, 128, 9}, 132);
 }
 TEST(DecodeGpu, Variant7IsTheMmaSyncManyHeadPath) {
   REQUIRE_GPU();
