@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -477,6 +479,25 @@ FileLayout plan_file(std::vector<TensorSpec> specs, const std::map<std::string, 
   return layout;
 }
 
+namespace {
+
+// Direct I/O (StreamingWriterOptions::direct_io): 4096-byte aligned blocks, staged through a
+// per-thread aligned buffer; only tensors of at least kDirectMin bytes go this way.
+constexpr uint64_t kDirectAlign = 4096;
+constexpr uint64_t kDirectMin = 1u << 20;
+constexpr size_t kDirectChunk = 8u << 20;
+
+std::byte* direct_staging() {
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<std::byte, Free> buf(static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, kDirectChunk)));
+  if (!buf) throw std::bad_alloc();
+  return buf.get();
+}
+
+}  // namespace
+
 struct StreamingFileWriter::Impl {
   std::filesystem::path path;
   std::filesystem::path tmp;
@@ -484,6 +505,8 @@ struct StreamingFileWriter::Impl {
   FileLayout layout;
   std::unordered_map<std::string, size_t> index;
   StreamingWriterOptions options;
+  int dfd = -1;                        // the same file opened O_DIRECT (options.direct_io)
+  std::atomic<bool> direct_ok{false};  // cleared when the filesystem refuses direct I/O
   std::mutex mutex;  // guards `written`, `landed`, `hash_next`, `hashing`
   std::vector<bool> written;  // claimed by a write() (duplicate check)
   std::vector<bool> landed;   // its bytes are in the file
@@ -499,7 +522,85 @@ struct StreamingFileWriter::Impl {
   // Hashes landed tensors from hash_next on while they are contiguous. `own`/`own_bytes`:
   // the caller's tensor, still in memory (hashed from there instead of read back).
   void drain(size_t own, std::span<const std::byte> own_bytes);
+  // Writes bytes at `offset`: the 4096-aligned interior of a large tensor with direct I/O
+  // (no page-cache copy), its unaligned head and tail (blocks shared with neighbours) and
+  // everything else through the page cache.
+  void put(const std::byte* data, uint64_t n, uint64_t offset);
+  bool put_direct(const std::byte* src, uint64_t n, uint64_t offset);
+  // Hashes file bytes [off, off + n) read back (direct reads for large tensors).
+  void hash_back(uint64_t off, uint64_t n, std::vector<std::byte>& buf);
 };
+
+void StreamingFileWriter::Impl::put(const std::byte* data, uint64_t n, uint64_t offset) {
+  if (n >= kDirectMin && direct_ok.load(std::memory_order_relaxed)) {
+    const uint64_t a = (offset + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    const uint64_t b = (offset + n) / kDirectAlign * kDirectAlign;
+    if (b > a && put_direct(data + (a - offset), b - a, a)) {
+      pwrite_all(fd, data, a - offset, offset, tmp.string());
+      pwrite_all(fd, data + (b - offset), offset + n - b, b, tmp.string());
+      return;
+    }
+  }
+  pwrite_all(fd, data, n, offset, tmp.string());
+}
+
+bool StreamingFileWriter::Impl::put_direct(const std::byte* src, uint64_t n, uint64_t offset) {
+  std::byte* buf = direct_staging();
+  uint64_t done = 0;
+  while (done < n) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n - done, kDirectChunk));
+    std::memcpy(buf, src + done, k);
+    const ssize_t w = ::pwrite(dfd, buf, k, static_cast<off_t>(offset + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EINVAL && done == 0) {  // not supported here: page cache from now on
+      direct_ok = false;
+      return false;
+    }
+    if (w <= 0 || static_cast<uint64_t>(w) % kDirectAlign != 0)
+      fail(Kind::Io, tmp.string() + ": direct write failed at offset " + std::to_string(offset + done) + ": " +
+                         (w < 0 ? std::string(std::strerror(errno)) : std::string("short write")));
+    done += static_cast<uint64_t>(w);
+  }
+  return true;
+}
+
+void StreamingFileWriter::Impl::hash_back(uint64_t off, uint64_t n, std::vector<std::byte>& buf) {
+  const uint64_t end = off + n;
+  if (n >= kDirectMin && direct_ok.load(std::memory_order_relaxed)) {
+    // Aligned superset; the kernel writes dirty boundary pages back before a direct read.
+    std::byte* st = direct_staging();
+    uint64_t pos = off / kDirectAlign * kDirectAlign;
+    const uint64_t stop = (end + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    while (pos < end && pos % kDirectAlign == 0) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(kDirectChunk, stop - pos));
+      const ssize_t got = ::pread(dfd, st, want, static_cast<off_t>(pos));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && errno == EINVAL) break;  // finish through the page cache
+      if (got <= 0)
+        fail(Kind::Io, tmp.string() + ": read back for SHA-256 failed: " +
+                           (got < 0 ? std::string(std::strerror(errno)) : std::string("unexpected end of file")));
+      const uint64_t lo = std::max(pos, off), hi = std::min(pos + static_cast<uint64_t>(got), end);
+      if (hi > lo) hasher->update(st + (lo - pos), hi - lo);
+      pos += static_cast<uint64_t>(got);
+    }
+    if (pos >= end) return;
+    off = std::max(pos, off);
+  }
+  uint64_t left = end - off;
+  if (buf.empty() && left) buf.resize(kDirectChunk);
+  while (left) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+    const ssize_t got = ::pread(fd, buf.data(), k, static_cast<off_t>(off));
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      fail(Kind::Io, tmp.string() + ": read back for SHA-256 failed: " +
+                         (got < 0 ? std::string(std::strerror(errno)) : std::string("unexpected end of file")));
+    }
+    hasher->update(buf.data(), static_cast<size_t>(got));
+    off += static_cast<uint64_t>(got);
+    left -= static_cast<uint64_t>(got);
+  }
+}
 
 void StreamingFileWriter::Impl::drain(size_t own, std::span<const std::byte> own_bytes) {
   std::vector<std::byte> buf;
@@ -520,20 +621,7 @@ void StreamingFileWriter::Impl::drain(size_t own, std::span<const std::byte> own
           hasher->update(own_bytes.data(), own_bytes.size());
           continue;
         }
-        uint64_t off = data_start() + layout.offsets[k], left = layout.order[k].nbytes();
-        if (buf.empty() && left) buf.resize(std::min<uint64_t>(left, 8u << 20));
-        while (left) {
-          const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-          const ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(off));
-          if (got <= 0) {
-            if (got < 0 && errno == EINTR) continue;
-            fail(Kind::Io, tmp.string() + ": read back for SHA-256 failed: " +
-                               (got < 0 ? std::string(std::strerror(errno)) : std::string("unexpected end of file")));
-          }
-          hasher->update(buf.data(), static_cast<size_t>(got));
-          off += static_cast<uint64_t>(got);
-          left -= static_cast<uint64_t>(got);
-        }
+        hash_back(data_start() + layout.offsets[k], layout.order[k].nbytes(), buf);
       }
     } catch (...) {
       std::lock_guard lock(mutex);
@@ -575,11 +663,16 @@ StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std:
   if (ftruncate(w.fd, static_cast<off_t>(w.layout.file_size())) != 0)
     fail(Kind::Io, w.tmp.string() + ": cannot size to " + std::to_string(w.layout.file_size()) +
                        " bytes: " + std::strerror(errno));
+  if (w.options.direct_io) {
+    w.dfd = ::open(w.tmp.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);  // fails (EINVAL) where unsupported
+    w.direct_ok = w.dfd >= 0;
+  }
 }
 
 StreamingFileWriter::~StreamingFileWriter() {
   if (!impl_) return;
   if (impl_->fd >= 0) ::close(impl_->fd);
+  if (impl_->dfd >= 0) ::close(impl_->dfd);
   if (!impl_->finished) ::unlink(impl_->tmp.c_str());  // never leave a half-written file
 }
 
@@ -603,7 +696,7 @@ void StreamingFileWriter::write(std::string_view name, std::span<const std::byte
     w.written[it->second] = true;
   }
   const uint64_t offset = 8 + w.layout.header_json.size() + w.layout.offsets[it->second];
-  pwrite_all(w.fd, bytes.data(), bytes.size(), offset, label);
+  w.put(bytes.data(), bytes.size(), offset);
   bool mine = false;
   {
     std::lock_guard lock(w.mutex);
@@ -646,6 +739,11 @@ void StreamingFileWriter::finish() {
   }
   if (w.options.fsync_on_finish && fsync(w.fd) != 0)
     fail(Kind::Io, w.tmp.string() + ": fsync failed: " + std::strerror(errno));
+  if (w.dfd >= 0) {
+    ::close(w.dfd);
+    w.dfd = -1;
+    w.direct_ok = false;
+  }
   const int fd = w.fd;
   w.fd = -1;
   if (::close(fd) != 0) fail(Kind::Io, w.tmp.string() + ": close failed: " + std::strerror(errno));

@@ -112,6 +112,11 @@ struct StreamingWriterOptions {
   // completes it hashes that prefix (its own bytes from memory, earlier-landed ones read back
   // while their pages are hot). sha256() then needs no second pass over the file.
   bool hash = false;
+  // Writes the 4096-byte-aligned interior of every tensor of >= 1 MiB with O_DIRECT (staged
+  // through an aligned buffer), bypassing the page-cache copy that dominates buffered writes
+  // of large outputs; unaligned edges and small tensors go through the page cache. Falls back
+  // to buffered writes where the filesystem refuses O_DIRECT. Durability still needs fsync.
+  bool direct_io = false;
 };
 
 // Streams one file into `<path>.tmp`, renamed to `path` by finish(): the header is written at construction, tensors may then be written in

@@ -125,7 +125,7 @@ class RankWriters {
   RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes) : dir_(dir) {
     plan_ = io::plan_shards(rp.tensors, max_shard_bytes);
     const std::map<std::string, std::string> meta{{"format", "pt"}};
-    const io::StreamingWriterOptions wo{.fsync_on_finish = false, .hash = true};
+    const io::StreamingWriterOptions wo{.fsync_on_finish = false, .hash = true, .direct_io = true};
     for (size_t i = 0; i < plan_.shards.size(); ++i)
       writers_.push_back(std::make_unique<io::StreamingFileWriter>(dir / plan_.file_names[i], plan_.shards[i], meta, wo));
     for (size_t i = 0; i < plan_.shards.size(); ++i)

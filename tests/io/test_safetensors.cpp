@@ -229,22 +229,25 @@ TEST(Safetensors, StreamingWriterHashesWhileWriting) {
   std::vector<OwnedTensor> ts;
   std::vector<TensorSpec> specs;
   for (int i = 0; i < 48; ++i) {
-    const Shape shape = i % 11 == 3 ? Shape{0, 5} : (i == 7 ? Shape{3000, 2000} : Shape{17, 3 + i % 5});
+    const Shape shape = i % 11 == 3 ? Shape{0, 5} : (i == 7 ? Shape{3001, 1999} : Shape{17, 3 + i % 5});
     ts.push_back(patterned(join("t", std::to_string(i)), i % 3 ? DType::BF16 : DType::F32, shape, i));
     specs.push_back({ts.back().name, ts.back().dtype, ts.back().shape});
   }
-  const StreamingWriterOptions opts{.fsync_on_finish = false, .hash = true};
-  for (int mode = 0; mode < 3; ++mode) {
+  write_safetensors(dir.path() / "ref", ts, {{"format", "pt"}});
+  const auto ref = read_bytes(dir.path() / "ref");
+  for (int mode = 0; mode < 6; ++mode) {
+    // modes 3-5: the same with direct I/O for the large tensor (page cache where unsupported).
+    const StreamingWriterOptions opts{.fsync_on_finish = false, .hash = true, .direct_io = mode >= 3};
     const auto path = dir.path() / join("h", std::to_string(mode));
     std::string digest;
     {
       StreamingFileWriter w(path, specs, {{"format", "pt"}}, opts);
       EXPECT_THROW((void)w.sha256(), Error);  // not finished yet
-      if (mode == 0) {
+      if (mode % 3 == 0) {
         for (const auto& s : w.layout().order)
           for (const auto& t : ts)
             if (t.name == s.name) w.write(t.name, t.bytes);
-      } else if (mode == 1) {
+      } else if (mode % 3 == 1) {
         for (int i = 47; i >= 0; --i) w.write(ts[i].name, ts[i].bytes);
       } else {
         std::thread a([&] { for (int i = 47; i >= 0; i -= 2) w.write(ts[i].name, ts[i].bytes); });
@@ -256,6 +259,7 @@ TEST(Safetensors, StreamingWriterHashesWhileWriting) {
       digest = w.sha256();
     }
     EXPECT_EQ(digest, sha256_file(path)) << "mode " << mode;
+    EXPECT_EQ(read_bytes(path), ref) << "mode " << mode;
     EXPECT_FALSE(fs::exists(join(path.string(), ".tmp")));
   }
   // Without options.hash there is no digest.
