@@ -69,6 +69,13 @@ void rotate_latent(const model::MlaConfig& cfg, model::AttentionWeights& w, cons
     if (w.kv_a_layernorm(j) != 1.0)
       throw InputError("rotate_latent: kv_a_layernorm[" + std::to_string(j) + "] = " +
                        std::to_string(w.kv_a_layernorm(j)) + ", absorb gamma first");
+  if (U == MatrixR::Identity(d_c, d_c)) {
+    // The products below would give every entry x * 1 + (zeros) = x, except that -0.0 comes
+    // out as +0.0 (the GEMM accumulates from +0.0): the same values without the two GEMMs.
+    w.kv_a_proj_with_mqa.topRows(d_c).array() += 0.0;
+    w.kv_b_proj.array() += 0.0;
+    return;
+  }
   MatrixR latent = U.transpose() * w.kv_a_proj_with_mqa.topRows(d_c);
   w.kv_a_proj_with_mqa.topRows(d_c) = latent;
   MatrixR kvb = w.kv_b_proj * U;
