@@ -13,12 +13,6 @@ namespace mla::calib {
 
 namespace {
 
-std::string layer_name(int64_t l) {
-  char b[32];
-  std::snprintf(b, sizeof b, "layer_%02lld", static_cast<long long>(l));
-  return b;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ";" : "") + v[i];
@@ -77,7 +71,7 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
     for (const auto& L : r.layers) {
       layer_ids.push_back(L.layer);
       if (L.protect) prot.push_back(L.layer);
-      auto lg = root.create_group(layer_name(L.layer));
+      auto lg = root.create_group(io::h5::layer_group_name(L.layer));
       const int64_t d = r.d_c;
       lg.set_attr("tokens_fit", L.tokens_fit);
       lg.set_attr("tokens_holdout", L.tokens_holdout);

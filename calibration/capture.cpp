@@ -30,9 +30,7 @@ std::string dims_str(const io::h5::Dims& d) {
 }  // namespace
 
 std::string Capture::layer_path(int64_t layer, const char* what) const {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "layer_%02lld/%s", static_cast<long long>(layer), what);
-  return split_ + "/" + buf;
+  return split_ + "/" + io::h5::layer_group_name(layer) + "/" + what;
 }
 
 Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,

@@ -27,8 +27,7 @@ void write_synthetic_capture(const std::string& path, const model::MlaConfig& cf
     std::mt19937_64 rng(spec.seed);
     std::normal_distribution<float> nd;
     for (int64_t l = 0; l < spec.num_layers; ++l) {
-      char name[32];
-      std::snprintf(name, sizeof name, "calib/layer_%02lld/", static_cast<long long>(l));
+      const std::string name = "calib/" + io::h5::layer_group_name(l) + "/";
       auto emit = [&](const std::string& ds, uint64_t width, const std::vector<double>* scale) {
         auto d = root.create<float>(name + ds, {S, T, width}, 1);
         std::vector<float> buf(T * width);

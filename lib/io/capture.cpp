@@ -31,9 +31,7 @@ std::vector<float> to_float(const MatrixR& m) {
 }  // namespace
 
 std::string capture_layer_path(int64_t layer, const std::string& what) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "layer_%02lld/", static_cast<long long>(layer));
-  return std::string(buf) + what;
+  return h5::layer_group_name(layer) + "/" + what;
 }
 
 CaptureReader::CaptureReader(const std::filesystem::path& path) : file_(h5::File::open_read(path)) {

@@ -1,6 +1,7 @@
 #include "io/hdf5.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 namespace mla::io::h5 {
@@ -51,6 +52,12 @@ Dims space_dims(hid_t space) {
 }
 
 }  // namespace
+
+std::string layer_group_name(int64_t layer) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "layer_%02lld", static_cast<long long>(layer));
+  return buf;
+}
 
 std::string Group::child_path(const std::string& name) const {
   return (path_ == "/" || path_.empty() ? "/" : path_ + "/") + name;

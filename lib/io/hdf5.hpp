@@ -59,6 +59,9 @@ template <> inline hid_t native_type<uint16_t>() { return H5T_NATIVE_UINT16; }
 
 using Dims = std::vector<uint64_t>;
 
+// Per-layer group name shared by the project's HDF5 schemas (captures, calib.h5): "layer_03".
+std::string layer_group_name(int64_t layer);
+
 class Dataset;
 
 // A group (the file's root is a group too). Paths may contain '/' ("layer_00/hidden").

@@ -10,12 +10,6 @@ namespace mla::transform {
 
 namespace {
 
-std::string layer_group(int64_t i) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "layer_%02lld", static_cast<long long>(i));
-  return buf;
-}
-
 std::vector<double> read_exact(const io::h5::Group& root, const std::string& path, const io::h5::Dims& want,
                                const std::string& file) {
   if (!root.exists(path)) throw InputError(file + ": calibration dataset '/" + path + "' is missing");
@@ -60,7 +54,7 @@ CalibrationInput load_calibration(const std::filesystem::path& path, const std::
                      ", but the input checkpoint's fingerprint is " + expected_fingerprint);
   const auto G = static_cast<uint64_t>(g);
   for (int64_t i = 0; i < num_layers; ++i) {
-    const std::string lg = layer_group(i);
+    const std::string lg = io::h5::layer_group_name(i);
     if (!root.exists(lg)) throw InputError(file + ": calibration group '/" + lg + "' is missing");
     LayerCalibration lc;
     lc.corrections = SliceCorrections::defaults(num_heads, g);
