@@ -181,48 +181,42 @@ Dims Dataset::dims() const {
   return space_dims(space.get());
 }
 
-template <typename T>
-std::vector<T> Dataset::read_rows(uint64_t row0, uint64_t rows) const {
+Dataset::RowSlab Dataset::select_rows(uint64_t row0, uint64_t rows) const {
   silence_hdf5_errors();
-  Handle space = open_dataspace(h_.get());
-  const Dims d = space_dims(space.get());
+  RowSlab slab;
+  slab.file_space = open_dataspace(h_.get());
+  const Dims d = space_dims(slab.file_space.get());
   if (d.empty()) fail(file_, path_, "scalar dataset has no rows");
   if (row0 + rows > d[0] || row0 + rows < row0)
     fail(file_, path_, "rows [" + std::to_string(row0) + ", " + std::to_string(row0 + rows) + ") out of range for shape " +
                            dims_string(d));
-  uint64_t row_elems = 1;
-  for (size_t i = 1; i < d.size(); ++i) row_elems *= d[i];
-  std::vector<T> out(rows * row_elems);
-  if (rows == 0) return out;
+  for (size_t i = 1; i < d.size(); ++i) slab.row_elems *= d[i];
+  if (rows == 0) return slab;
   std::vector<hsize_t> start(d.size(), 0), count(d.begin(), d.end());
   start[0] = row0;
   count[0] = rows;
-  check_status(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), file_,
-               path_, "cannot select rows");
-  Handle mem(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-  check_status(H5Dread(h_.get(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, out.data()), file_, path_,
-               "read failed (type not convertible?)");
+  check_status(H5Sselect_hyperslab(slab.file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+               file_, path_, "cannot select rows");
+  slab.mem_space = Handle(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+  return slab;
+}
+
+template <typename T>
+std::vector<T> Dataset::read_rows(uint64_t row0, uint64_t rows) const {
+  const RowSlab slab = select_rows(row0, rows);
+  std::vector<T> out(rows * slab.row_elems);
+  if (rows == 0) return out;
+  check_status(H5Dread(h_.get(), native_type<T>(), slab.mem_space.get(), slab.file_space.get(), H5P_DEFAULT, out.data()),
+               file_, path_, "read failed (type not convertible?)");
   return out;
 }
 
 template <typename T>
 void Dataset::write_rows(uint64_t row0, uint64_t rows, const T* data) {
-  silence_hdf5_errors();
-  Handle space = open_dataspace(h_.get());
-  const Dims d = space_dims(space.get());
-  if (d.empty()) fail(file_, path_, "scalar dataset has no rows");
-  if (row0 + rows > d[0] || row0 + rows < row0)
-    fail(file_, path_, "rows [" + std::to_string(row0) + ", " + std::to_string(row0 + rows) + ") out of range for shape " +
-                           dims_string(d));
+  const RowSlab slab = select_rows(row0, rows);
   if (rows == 0) return;
-  std::vector<hsize_t> start(d.size(), 0), count(d.begin(), d.end());
-  start[0] = row0;
-  count[0] = rows;
-  check_status(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), file_,
-               path_, "cannot select rows");
-  Handle mem(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-  check_status(H5Dwrite(h_.get(), native_type<T>(), mem.get(), space.get(), H5P_DEFAULT, data), file_, path_,
-               "write failed");
+  check_status(H5Dwrite(h_.get(), native_type<T>(), slab.mem_space.get(), slab.file_space.get(), H5P_DEFAULT, data),
+               file_, path_, "write failed");
 }
 
 // ---- attributes ----

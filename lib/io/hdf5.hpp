@@ -123,6 +123,15 @@ class Dataset {
   void write_rows(uint64_t row0, uint64_t rows, const T* data);
 
  private:
+  // The file dataspace with rows [row0, row0 + rows) of dim 0 selected, the matching memory
+  // dataspace (invalid when rows == 0), and the elements per row. Range errors name the dataset.
+  struct RowSlab {
+    Handle file_space;
+    Handle mem_space;
+    uint64_t row_elems = 1;
+  };
+  RowSlab select_rows(uint64_t row0, uint64_t rows) const;
+
   Handle h_;
   std::string file_;
   std::string path_;
