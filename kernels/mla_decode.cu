@@ -119,6 +119,8 @@ __device__ unsigned long long g_v3_diag[4];
 // Source of the rows of a tile past the request's length (or of a tile with a bad page id):
 // zeros, so NaN-poisoned page tails never reach P.V. d_c + d_r <= 640.
 __device__ __align__(16) uint16_t g_zero_row[640];
+// Diagnostic variants 11/12 of v4: the tensor map in global memory instead of a kernel parameter.
+__device__ CUtensorMap g_kv_map_diag;
 
 template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
 struct SplitCfg {
@@ -925,7 +927,8 @@ template <int DC>
 __global__ void __launch_bounds__(kV4Threads, 1)
     decode_split_v4_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
-                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc, const CUtensorMap* gmap,
+                           int own_valid) {
   using C = V4Cfg<DC>;
   constexpr int S = kV4Stages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -961,6 +964,10 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
+      // Diagnostic variants 11/12: the map in global memory, acquired into the tensormap proxy.
+      const CUtensorMap* map = gmap != nullptr ? gmap : &kv_map;
+      if (gmap != nullptr)
+        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(gmap) : "memory");
       int it = 0;
       for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
         const int L = p.seqlens[b];
@@ -986,7 +993,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
           if (valid > 0) {
             mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
             const uint32_t dst = sK + stage * stage_bytes;
-            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * kV4BN * 128, &kv_map, kb * 64, row, bar0 + 8 * stage);
+            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * kV4BN * 128, map, kb * 64, row, bar0 + 8 * stage);
           } else {
             mbar_arrive(bar0 + 8 * stage);
           }
@@ -1038,7 +1045,15 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     for (int ti = t; ti < stop; ++ti, ++it) {
       const int stage = it % S;
       mbar_wait(bar0 + 8 * stage, (it / S) & 1);
-      const int valid = sValid[stage];
+      int valid;
+      if (own_valid) {  // diagnostic variants 10/12: the producer's rule, computed here (no hand-off)
+        const int j0 = ti * kV4BN;
+        const int slot = j0 / p.page_size;
+        const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
+        valid = (page >= 0 && page < p.num_pages) ? min(kV4BN, L - j0) : 0;
+      } else {
+        valid = sValid[stage];
+      }
       const uint32_t tile = sK + stage * stage_bytes;
       if (valid < kV4BN) {  // zero the rows past L (NaN-poisoned page tails must not reach P.V)
         for (int c = threadIdx.x; c < nblk * kV4BN * 8; c += 256) {
@@ -1226,7 +1241,9 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
 }
 // Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
-bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || (p.variant >= 3 && p.variant != 9); }
+bool use_pdl(const quant::Bf16DecodeParams& p) {
+  return p.variant == 0 || (p.variant >= 3 && p.variant != 9 && p.variant != 12);
+}
 // Variant 6 (experiment, slower: docs/gpu-notes.md): <= 16 rows merge a request's splits inside
 // the v3 split kernel (the CTA finishing the last split), no combine launch.
 bool fused_combine(const quant::Bf16DecodeParams& p) { return p.s_q * p.heads <= 16 && p.variant == 6; }
@@ -1324,7 +1341,7 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
 // when run after others, docs/gpu-notes.md): d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages +
 // exchange within 227 KB (d_r <= 64 at d_c = 512). Otherwise the v3 mma.sync 64-row path.
 bool use_v4(const quant::Bf16DecodeParams& p) {
-  if (p.s_q * p.heads <= 16 || (p.variant != 8 && p.variant != 9) || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
+  if (p.s_q * p.heads <= 16 || p.variant < 8 || p.variant > 12 || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
     return false;  // 9 = 8 launched without programmatic dependent launch (diagnostic)
   const size_t dim = static_cast<size_t>(p.d_c + p.d_r);
   return V4Cfg<512>::smem_bytes(static_cast<int>(dim)) <= kV4MaxSmem;
@@ -1341,9 +1358,18 @@ void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int r
     attr_set = true;
   }
   const CUtensorMap map = make_kv_map(p);
+  const CUtensorMap* gmap = nullptr;
+  if (p.variant == 11 || p.variant == 12) {  // diagnostic: map in global memory
+    check_cuda(cudaMemcpyToSymbolAsync(g_kv_map_diag, &map, sizeof map, 0, cudaMemcpyHostToDevice, stream),
+               "tensor map upload");
+    void* addr = nullptr;
+    check_cuda(cudaGetSymbolAddress(&addr, g_kv_map_diag), "tensor map symbol");
+    gmap = static_cast<const CUtensorMap*>(addr);
+  }
+  const int own_valid = (p.variant == 10 || p.variant == 12) ? 1 : 0;
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
          "split kernel (v4) launch", map, p, static_cast<const int32_t*>(w.info),
-         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc, gmap, own_valid);
 }
 
 template <int DC>
@@ -1400,8 +1426,8 @@ void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int 
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 9)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..9)");
+  if (p_in.variant < 0 || p_in.variant > 12)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..12)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
