@@ -119,8 +119,6 @@ __device__ unsigned long long g_v3_diag[4];
 // Source of the rows of a tile past the request's length (or of a tile with a bad page id):
 // zeros, so NaN-poisoned page tails never reach P.V. d_c + d_r <= 640.
 __device__ __align__(16) uint16_t g_zero_row[640];
-// Diagnostic variants 11/12 of v4: the tensor map in global memory instead of a kernel parameter.
-__device__ CUtensorMap g_kv_map_diag;
 
 template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
 struct SplitCfg {
@@ -203,11 +201,16 @@ __global__ void decode_schedule_legacy_kernel(const int32_t* seqlens, int batch,
 constexpr int kSchedThreads = 512;
 __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
                                                                         int tile, int parts, int32_t* info,
-                                                                        int32_t* offsets, int32_t* counts) {
+                                                                        int32_t* offsets, int32_t* counts,
+                                                                        const CUtensorMap map, CUtensorMap* map_out) {
   using Scan = cub::BlockScan<long long, kSchedThreads>;
   __shared__ typename Scan::TempStorage tmp;
   griddep_launch_dependents();  // the split kernel may start its prologue; it waits for us
   const int tid = threadIdx.x;
+  if (map_out != nullptr && tid == 0) {  // the wgmma path's TMA descriptor, into the workspace
+    *map_out = map;
+    asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
+  }
   long long mine = 0;
   for (int b = tid; b < batch; b += kSchedThreads) mine += quant::decode_tiles(seqlens[b], tile) + quant::kFixedCost;
   long long ignore = 0, total = 0;
@@ -923,12 +926,11 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
                : "memory");
 }
 
-template <int DC>
+template <int DC, bool PIPE>
 __global__ void __launch_bounds__(kV4Threads, 1)
-    decode_split_v4_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
+    decode_split_v4_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
-                           float* __restrict__ o_acc, float* __restrict__ lse_acc, const CUtensorMap* gmap,
-                           int own_valid) {
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
   using C = V4Cfg<DC>;
   constexpr int S = kV4Stages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -944,7 +946,6 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   float* sX = reinterpret_cast<float*>(gbase + nblk * 8192 + S * stage_bytes);  // [2][2][16][128]
   unsigned char* bars = reinterpret_cast<unsigned char*>(sX + 2 * 2 * 16 * 128);
   const uint32_t bar0 = smem_u32(bars);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
-  volatile int* sValid = reinterpret_cast<volatile int*>(bars + 16 * S);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -964,10 +965,11 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (warp == 8 && lane == 0) {
-      // Diagnostic variants 11/12: the map in global memory, acquired into the tensormap proxy.
-      const CUtensorMap* map = gmap != nullptr ? gmap : &kv_map;
-      if (gmap != nullptr)
-        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(gmap) : "memory");
+      // The map lives in the workspace (written by the scheduler kernel, complete since
+      // griddep_wait): acquire it into the tensormap proxy before the first TMA. (As a
+      // __grid_constant__ parameter, launches after other launches read stale maps: gpu-notes v4.)
+      const CUtensorMap* map = kv_map;
+      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
       int it = 0;
       for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
         const int L = p.seqlens[b];
@@ -989,7 +991,6 @@ __global__ void __launch_bounds__(kV4Threads, 1)
             }
           }
           mbar_wait(bar0 + 8 * (S + stage), par ^ 1);
-          sValid[stage] = valid;
           if (valid > 0) {
             mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
             const uint32_t dst = sK + stage * stage_bytes;
@@ -1042,68 +1043,69 @@ __global__ void __launch_bounds__(kV4Threads, 1)
 #pragma unroll
     for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
 
-    for (int ti = t; ti < stop; ++ti, ++it) {
-      const int stage = it % S;
-      mbar_wait(bar0 + 8 * stage, (it / S) & 1);
-      int valid;
-      if (own_valid) {  // diagnostic variants 10/12: the producer's rule, computed here (no hand-off)
-        const int j0 = ti * kV4BN;
-        const int slot = j0 / p.page_size;
-        const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
-        valid = (page >= 0 && page < p.num_pages) ? min(kV4BN, L - j0) : 0;
-      } else {
-        valid = sValid[stage];
-      }
+    // Waits for tile ti's stage (CTA tile counter it_) and zeroes its rows past L (the producer's
+    // rule, recomputed here: pages past L may hold NaN, which must not reach P.V).
+    auto wait_tile = [&](int it_, int ti_) -> uint32_t {
+      const int stage = it_ % S;
+      mbar_wait(bar0 + 8 * stage, (it_ / S) & 1);
+      const int j0 = ti_ * kV4BN;
+      const int slot = j0 / p.page_size;
+      const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
+      const int valid = (page >= 0 && page < p.num_pages) ? min(kV4BN, L - j0) : 0;
       const uint32_t tile = sK + stage * stage_bytes;
-      if (valid < kV4BN) {  // zero the rows past L (NaN-poisoned page tails must not reach P.V)
+      if (valid < kV4BN) {
         for (int c = threadIdx.x; c < nblk * kV4BN * 8; c += 256) {
           const int r = (c >> 3) % kV4BN;
           if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
         }
-        fence_proxy_async();
+        fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
         named_bar_sync(2, 256);
       }
-
-      // ---- S partial = Q K^T over this warpgroup's k-steps ----
-      float s[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        s[i] = 0.f;
-        gmma::fence_operand(s[i]);
-      }
-      gmma::fence();
+      return tile;
+    };
+    // Issues S partial = Q K^T over this warpgroup's k-steps (one commit group). The caller zeroes
+    // sacc and issues gmma::fence() first.
+    auto issue_s = [&](float (&sacc)[16], uint32_t tile) {
       for (int kk = 0; kk < nkh; ++kk) {
         const uint32_t kb = k_byte0 + kk * 32;  // byte column: block kb / 128, 32-byte step within it
         const uint64_t da = gmma_desc(sQ + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
         const uint64_t db = gmma_desc(tile + (kb >> 7) * (kV4BN * 128) + (kb & 127), 16, 1024);
-        gmma::wgmma_ss_n32(s, da, db);
+        gmma::wgmma_ss_n32(sacc, da, db);
       }
       gmma::commit();
-      gmma::wait<0>();
+    };
+    auto zero_s = [&](float (&sacc)[16]) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) gmma::fence_operand(s[i]);
+      for (int i = 0; i < 16; ++i) {
+        sacc[i] = 0.f;
+        gmma::fence_operand(sacc[i]);
+      }
+    };
+    // Completed S partial of tile ti_ -> summed with the other warpgroup's -> online softmax:
+    // updates m_run / l_run, returns P (bf16 A fragments) and the O rescale factors.
+    auto softmax_tile = [&](float (&sv)[16], int it_, int ti_, uint32_t (&pa)[2][4], float (&alpha)[2]) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) gmma::fence_operand(sv[i]);
       {
-        float* mine = sX + ((it & 1) * 2 + wg) * 16 * 128;
-        const float* other = sX + ((it & 1) * 2 + (wg ^ 1)) * 16 * 128;
+        float* mine = sX + ((it_ & 1) * 2 + wg) * 16 * 128;
+        const float* other = sX + ((it_ & 1) * 2 + (wg ^ 1)) * 16 * 128;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) mine[i * 128 + tid] = s[i];
+        for (int i = 0; i < 16; ++i) mine[i * 128 + tid] = sv[i];
         named_bar_sync(3, 256);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) s[i] = s[i] + other[i * 128 + tid];  // a + b == b + a: same S in both
+        for (int i = 0; i < 16; ++i) sv[i] = sv[i] + other[i * 128 + tid];  // a + b == b + a: same S in both
       }
-
-      // ---- scale into base 2, causal/length mask, row max (rows live in one quad) ----
-      const int jbase = ti * kV4BN;
+      const int jbase = ti_ * kV4BN;
       float tmax[2] = {neg_inf, neg_inf};
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int h = (i >> 1) & 1;
         const int j = jbase + (i >> 2) * 8 + 2 * tq + (i & 1);
-        const float x = (j < L - lim_off[h]) ? s[i] * scale_log2 : neg_inf;
-        s[i] = x;
+        const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
+        sv[i] = x;
         tmax[h] = fmaxf(tmax[h], x);
       }
-      float alpha[2], m_use[2];
+      float m_use[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
@@ -1116,28 +1118,33 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       float lsum[2] = {0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const float pv = exp2f(s[i] - m_use[(i >> 1) & 1]);
+        const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
         lsum[(i >> 1) & 1] += pv;
-        s[i] = pv;
+        sv[i] = pv;
       }
       l_run[0] = l_run[0] * alpha[0] + lsum[0];
       l_run[1] = l_run[1] * alpha[1] + lsum[1];
-      uint32_t pa[2][4];
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         const int n0 = 2 * ks, n1 = 2 * ks + 1;
-        pa[ks][0] = pack_bf16(s[n0 * 4 + 0], s[n0 * 4 + 1]);
-        pa[ks][1] = pack_bf16(s[n0 * 4 + 2], s[n0 * 4 + 3]);
-        pa[ks][2] = pack_bf16(s[n1 * 4 + 0], s[n1 * 4 + 1]);
-        pa[ks][3] = pack_bf16(s[n1 * 4 + 2], s[n1 * 4 + 3]);
+        pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+        pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+        pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+        pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
       }
-
-      // ---- O = O * alpha + P V (this warpgroup's d_c / 2 columns) ----
+    };
+    // O = O * alpha, skipped when no row max of this thread moved (alpha == 1: bit-identical).
+    auto rescale_o = [&](const float (&alpha)[2]) {
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
-      for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-      gmma::fence();
+    };
+    // Issues O += P V over this warpgroup's d_c / 2 columns (one commit group); after
+    // gmma::fence() like issue_s.
+    auto issue_pv = [&](const uint32_t (&pa)[2][4], uint32_t tile) {
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         const uint64_t dv = gmma_desc(tile + wg * (DC / 128) * (kV4BN * 128) + ks * 2048, kV4BN * 128, 1024);
@@ -1146,11 +1153,74 @@ __global__ void __launch_bounds__(kV4Threads, 1)
         else gmma::wgmma_rs_n64(acc, pa[ks], dv);
       }
       gmma::commit();
-      gmma::wait<0>();
+    };
+    auto release_tile = [&](int it_) {
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
       __syncwarp();
-      if (lane == 0) mbar_arrive(bar0 + 8 * (S + stage));  // this warp is done with the stage
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));  // this warp is done with the stage
+    };
+
+    if constexpr (!PIPE) {  // v4 as first written: S, softmax, P.V in series per tile
+      for (int ti = t; ti < stop; ++ti, ++it) {
+        const uint32_t tile = wait_tile(it, ti);
+        float sv[16];
+        zero_s(sv);
+        gmma::fence();
+        issue_s(sv, tile);
+        gmma::wait<0>();
+        uint32_t pa[2][4];
+        float alpha[2];
+        softmax_tile(sv, it, ti, pa, alpha);
+        rescale_o(alpha);
+        gmma::fence();
+        issue_pv(pa, tile);
+        gmma::wait<0>();
+        release_tile(it);
+      }
+    } else if (t < stop) {
+      // Software pipeline (as FlashAttention-3): per tile i, S of tile i+1 and P.V of tile i are
+      // issued back to back, the exchange + softmax of tile i+1 run while P.V of tile i occupies
+      // the tensor cores, and O is rescaled for tile i+1 once P.V of tile i is done. P of tile
+      // i+1 goes to other registers (pa is an operand of the P.V in flight). The last tile is
+      // peeled: a conditional S issue inside the loop made ptxas serialise every wgmma (C7514).
+      uint32_t tile = wait_tile(it, t);
+      uint32_t pa[2][4];
+      float alpha[2];
+      {
+        float sv[16];
+        zero_s(sv);
+        gmma::fence();
+        issue_s(sv, tile);
+        gmma::wait<0>();
+        softmax_tile(sv, it, t, pa, alpha);  // O is still 0: no rescale needed
+      }
+      for (int ti = t; ti + 1 < stop; ++ti, ++it) {
+        float sn[16];
+        const uint32_t tile_next = wait_tile(it + 1, ti + 1);
+        zero_s(sn);
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+        gmma::fence();
+        issue_s(sn, tile_next);
+        issue_pv(pa, tile);
+        uint32_t pn[2][4];
+        gmma::wait<1>();  // S of tile i+1 done; P.V of tile i may still run
+        softmax_tile(sn, it + 1, ti + 1, pn, alpha);
+        gmma::wait<0>();
+        release_tile(it);
+        rescale_o(alpha);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pa[ks][r] = pn[ks][r];
+        tile = tile_next;
+      }
+      gmma::fence();
+      issue_pv(pa, tile);
+      gmma::wait<0>();
+      release_tile(it);
+      ++it;
     }
 
     // ---- epilogue ----
@@ -1241,14 +1311,13 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
 }
 // Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
-bool use_pdl(const quant::Bf16DecodeParams& p) {
-  return p.variant == 0 || (p.variant >= 3 && p.variant != 9 && p.variant != 12);
-}
+bool use_pdl(const quant::Bf16DecodeParams& p) { return p.variant == 0 || p.variant >= 3; }
 // Variant 6 (experiment, slower: docs/gpu-notes.md): <= 16 rows merge a request's splits inside
 // the v3 split kernel (the CTA finishing the last split), no combine launch.
 bool fused_combine(const quant::Bf16DecodeParams& p) { return p.s_q * p.heads <= 16 && p.variant == 6; }
 
 struct Workspace {
+  CUtensorMap* map;  // the wgmma path's TMA descriptor (quant::kDecodeMapBytes at the start)
   int32_t* info;
   int32_t* offsets;
   int32_t* counts;  // per request: splits finished (fused combine), zeroed by the scheduler
@@ -1260,12 +1329,15 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
   const size_t rows = static_cast<size_t>(p.s_q) * p.heads;
   const size_t splits = quant::decode_max_splits(p.batch, p.num_parts);
   char* base = static_cast<char*>(p.workspace);
-  size_t meta = (static_cast<size_t>(p.num_parts) * kPartInfoInts + 2 * static_cast<size_t>(p.batch) + 1) * sizeof(int32_t);
+  size_t meta = quant::kDecodeMapBytes +
+                (static_cast<size_t>(p.num_parts) * kPartInfoInts + 2 * static_cast<size_t>(p.batch) + 1) * sizeof(int32_t);
   meta = (meta + 255) / 256 * 256;
   size_t lse = splits * rows * sizeof(float);
   lse = (lse + 255) / 256 * 256;
+  static_assert(sizeof(CUtensorMap) == quant::kDecodeMapBytes, "tensor map size");
   Workspace w;
-  w.info = reinterpret_cast<int32_t*>(base);
+  w.map = reinterpret_cast<CUtensorMap*>(base);
+  w.info = reinterpret_cast<int32_t*>(base + quant::kDecodeMapBytes);
   w.offsets = w.info + static_cast<size_t>(p.num_parts) * kPartInfoInts;
   w.counts = w.offsets + p.batch + 1;
   w.lse_acc = reinterpret_cast<float*>(base + meta);
@@ -1337,39 +1409,33 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
   return m;
 }
 
-// v4 (wgmma) many-head path, variants 8 and 9 only (NOT the default: some GPU test cases fail
-// when run after others, docs/gpu-notes.md): d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages +
-// exchange within 227 KB (d_r <= 64 at d_c = 512). Otherwise the v3 mma.sync 64-row path.
-bool use_v4(const quant::Bf16DecodeParams& p) {
-  if (p.s_q * p.heads <= 16 || p.variant < 8 || p.variant > 12 || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
-    return false;  // 9 = 8 launched without programmatic dependent launch (diagnostic)
-  const size_t dim = static_cast<size_t>(p.d_c + p.d_r);
-  return V4Cfg<512>::smem_bytes(static_cast<int>(dim)) <= kV4MaxSmem;
+// The wgmma many-head path (> 16 rows): the default (pipelined, v5) for every variant but 1, 2 and
+// 7 (the mma.sync 64-row path) and 8 (v4: the same kernel without the pipeline). Needs d_c >= 128,
+// d_c + d_r a multiple of 32, and Q + 3 stages + exchange within 227 KB (d_r <= 64 at d_c = 512);
+// other shapes take the mma.sync path.
+bool use_wgmma(const quant::Bf16DecodeParams& p) {
+  if (p.s_q * p.heads <= 16 || p.variant == 1 || p.variant == 2 || p.variant == 7 || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
+    return false;
+  return V4Cfg<512>::smem_bytes(p.d_c + p.d_r) <= kV4MaxSmem;
 }
 
 template <int DC>
 void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   using C = V4Cfg<DC>;
-  auto kernel = decode_split_v4_kernel<DC>;
+  auto set_smem = [](auto kernel) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
+               "cudaFuncSetAttribute(max dynamic shared memory, wgmma path)");
+  };
   static bool attr_set = false;
   if (!attr_set) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
-               "cudaFuncSetAttribute(max dynamic shared memory, v4)");
+    set_smem(decode_split_v4_kernel<DC, true>);
+    set_smem(decode_split_v4_kernel<DC, false>);
     attr_set = true;
   }
-  const CUtensorMap map = make_kv_map(p);
-  const CUtensorMap* gmap = nullptr;
-  if (p.variant == 11 || p.variant == 12) {  // diagnostic: map in global memory
-    check_cuda(cudaMemcpyToSymbolAsync(g_kv_map_diag, &map, sizeof map, 0, cudaMemcpyHostToDevice, stream),
-               "tensor map upload");
-    void* addr = nullptr;
-    check_cuda(cudaGetSymbolAddress(&addr, g_kv_map_diag), "tensor map symbol");
-    gmap = static_cast<const CUtensorMap*>(addr);
-  }
-  const int own_valid = (p.variant == 10 || p.variant == 12) ? 1 : 0;
+  auto kernel = p.variant == 8 ? decode_split_v4_kernel<DC, false> : decode_split_v4_kernel<DC, true>;
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
-         "split kernel (v4) launch", map, p, static_cast<const int32_t*>(w.info),
-         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc, gmap, own_valid);
+         "split kernel (wgmma) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
 
 template <int DC>
@@ -1386,7 +1452,7 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStr
         launch_split_v3<DC, kV3Stages, 2>(p, w, stream);  // v3b: 2 CTAs/SM, 2-stage ring each
   } else {
     if constexpr (DC >= 128) {
-      if (use_v4(p)) {
+      if (use_wgmma(p)) {
         launch_split_v4<DC>(p, w, cfg.row_blocks, stream);  // wgmma: 2 warpgroups + TMA producer
         return;
       }
@@ -1420,14 +1486,15 @@ void decode_v3_diagnostics(bool reset, unsigned long long out[4]) {
 
 void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
                                int32_t* offsets, cudaStream_t stream) {
-  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info, offsets, nullptr);
+  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info, offsets, nullptr,
+                                                           CUtensorMap{}, nullptr);
   check_cuda(cudaGetLastError(), "schedule launch");
 }
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 12)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..12)");
+  if (p_in.variant < 0 || p_in.variant > 8)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..8)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
@@ -1439,9 +1506,12 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   if (p.variant == 1 || p.variant == 2)
     decode_schedule_legacy_kernel<<<1, 32, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
                                                          w.offsets);
+  else if (use_wgmma(p))  // the scheduler also writes the TMA descriptor into the workspace
+    decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
+                                                             w.offsets, w.counts, make_kv_map(p), w.map);
   else
     decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
-                                                             w.offsets, w.counts);
+                                                             w.offsets, w.counts, CUtensorMap{}, nullptr);
   check_cuda(cudaGetLastError(), "schedule launch");
   switch (p.d_c) {
     case 32: launch_for_dc<32>(p, w, stream); break;

@@ -100,8 +100,9 @@ SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile
 size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_parts) {
   const size_t rows = static_cast<size_t>(s_q) * heads;
   const size_t splits = decode_max_splits(batch, num_parts);
-  // part info, split offsets [batch + 1], per-request split counters [batch] (GPU fused combine)
-  size_t meta = (static_cast<size_t>(num_parts) * kPartInfoInts + 2 * static_cast<size_t>(batch) + 1) * sizeof(int32_t);
+  // TMA descriptor, part info, split offsets [batch + 1], per-request split counters [batch] (fused combine)
+  size_t meta = kDecodeMapBytes +
+                (static_cast<size_t>(num_parts) * kPartInfoInts + 2 * static_cast<size_t>(batch) + 1) * sizeof(int32_t);
   meta = (meta + 255) / 256 * 256;
   size_t lse = splits * rows * sizeof(float);
   lse = (lse + 255) / 256 * 256;

@@ -60,10 +60,11 @@ struct Bf16DecodeParams {
   // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without
   // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
   // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
-  // launch plainly; the others use programmatic dependent launches. > 16 rows: 7 = the v3
-  // mma.sync 64-row path (the default for every variant but 8); 8 = v4, the wgmma + TMA path
-  // (experimental: some GPU test cases fail when run after others; docs/gpu-notes.md, v4);
-  // 9 = 8 launched without programmatic dependent launch (diagnostic).
+  // launch plainly; the others use programmatic dependent launches. > 16 rows: the default is
+  // the wgmma path (v5: TMA ring, S of tile i+1 overlapped with P.V of tile i) where the shape
+  // allows it (d_c >= 128, d_c + d_r a multiple of 32, d_r <= 64 at d_c = 512), else the v3
+  // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 8 = v4, the wgmma kernel
+  // without the pipeline. Every variant uses the same tiles and rounding points as the twin.
   int variant = 0;
 };
 
@@ -88,6 +89,10 @@ MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
 constexpr int kFixedCost = 4;
 // Ints per part in the schedule: begin_b, begin_tile, end_b, end_tile (exclusive), first_split.
 constexpr int kPartInfoInts = 5;
+// Bytes at the start of the GPU workspace for the wgmma path's TMA descriptor (a CUtensorMap),
+// written there by the scheduler kernel: passed as a __grid_constant__ kernel parameter, the
+// map was read stale by launches that followed other launches (docs/gpu-notes.md, v4).
+constexpr size_t kDecodeMapBytes = 128;
 
 MLA_HD inline int decode_tiles(int seqlen, int tile) {
   const int t = (seqlen + tile - 1) / tile;
