@@ -11,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "calibration/capture.hpp"
@@ -115,7 +116,37 @@ struct PairAccum {
   std::map<int, std::vector<double>> norm_err, norm_ref;  // g -> per slice (held-out)
 };
 
+// Widens stored rows to float64 into m (storage reused when the size is unchanged).
+void widen_rows(const RawRows& r, MatrixR& m) {
+  m.resize(r.rows, r.width);
+  for (int64_t i = 0; i < r.rows * r.width; ++i) m.data()[i] = r.at(i);
+}
+
+// Per-worker-thread scratch reused from layer to layer: allocating these per layer or per
+// sequence costs page faults (system time) and fragments the heap (peak RSS grew ~20 MB per
+// layer before).
+struct WorkerScratch {
+  std::vector<float> cbuf, ubuf;         // pass 1: widened / normalised float32 rows
+  std::vector<double> ubuf64;            // pass 1, --moment f64: float64 rows for dsyrk
+  std::vector<double> hbuf64, cbuf64;    // pass 1, hidden captures: h and c = h W_a^T
+  std::vector<std::vector<unsigned char>> kept;  // pass-2 sequences kept from pass 1
+  MatrixR c, u;                          // pass 2 (latent): c and u = c / rms(c)
+  std::map<std::string, MatrixR> ub;     // pass 2: u in each basis
+};
+WorkerScratch& worker_scratch() {
+  thread_local WorkerScratch w;
+  return w;
+}
+
 }  // namespace
+
+const char* moment_mode_name(MomentMode m) {
+  switch (m) {
+    case MomentMode::BF16: return "bf16";
+    case MomentMode::F32: return "f32";
+    default: return "f64";
+  }
+}
 
 CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& weights,
                             const std::string& fingerprint, const CalibrationOptions& opt) {
@@ -148,14 +179,27 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   res.num_heads = H;
   res.hadamard_seed = opt.hadamard_seed;
   res.holdout_fraction = opt.holdout_fraction;
-  res.second_moment_accumulation = opt.exact_moment
-      ? "float64 dsyrk"
-      : "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
+  switch (opt.moment) {
+    case MomentMode::F64: res.second_moment_accumulation = "float64 dsyrk"; break;
+    case MomentMode::F32:
+      res.second_moment_accumulation = "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) +
+                                       " rows, summed in float64";
+      break;
+    case MomentMode::BF16:
+      res.second_moment_accumulation =
+          "bfloat16 products c x bf16(c / rms(c)^2) (c rounded to bfloat16 first), float32 sums over blocks of " +
+          std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
+      if (!SecondMoment::bf16_kernel_available())
+        spdlog::warn("this CPU has no AVX-512 BF16: the bf16 second moment runs through float32 sgemm "
+                     "(same result to float32 rounding, ~4x slower than with avx512_bf16; --moment f32 is faster here)");
+      break;
+  }
   res.groups = opt.groups;
   int64_t fit_tokens = 0;
   std::vector<int64_t> n_hold;
   for (const auto& p : opt.captures) {
     caps.push_back(std::make_unique<Capture>(p, cfg));
+    caps.back()->set_io_mode(opt.io);
     const auto& ci = caps.back()->info();
     if (!ci.checkpoint_fingerprint.empty() && !fingerprint.empty() &&
         ci.checkpoint_fingerprint != fingerprint) {
@@ -194,6 +238,19 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   fixed_bases["identity"] = Eigen::MatrixXd::Identity(dc, dc);
   fixed_bases["hadamard"] = quant::hadamard_basis(dc, opt.hadamard_seed);
   const double scale = cfg.softmax_scale();
+  // Pass-2 sequences of capture ci, (index, held-out): a budget per capture spread evenly over
+  // the held-out part, and for captures holding h as many fit sequences (query pairs for mu).
+  const int64_t budget = std::max<int64_t>(1, opt.pair_sequences / static_cast<int64_t>(caps.size()));
+  auto pass2_picks = [&](std::size_t ci) {
+    const auto& info = caps[ci]->info();
+    const int64_t nfit = info.sequences - n_hold[ci];
+    std::vector<std::pair<int64_t, bool>> picks;
+    // Fit sequences serve only the (query, key) pairs: a latent capture has none.
+    if (info.has_hidden) for (int64_t s : spread(nfit, budget)) picks.push_back({s, false});
+    for (int64_t s : spread(n_hold[ci], budget)) picks.push_back({nfit + s, true});
+    if (n_hold[ci] == 0) for (int64_t s : spread(nfit, budget)) picks.push_back({s, true});
+    return picks;
+  };
   std::mutex weights_mutex;  // the provider (checkpoint reader) is not assumed thread-safe
 
   // Everything of one layer; independent of the other layers (seeds are per layer), so the
@@ -215,43 +272,83 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
                        "needs the layer's kv_a_proj_with_mqa [" + std::to_string(dc + cfg.qk_rope_head_dim) + ", " +
                        std::to_string(cfg.hidden_size) + "] (give --model, not --config)");
     }
-    std::map<std::string, Eigen::MatrixXd> bases = fixed_bases;
+    std::map<std::string, const Eigen::MatrixXd*> bases;  // fixed ones shared, not copied per layer
+    for (const auto& [name, m] : fixed_bases) bases[name] = &m;
     LayerCalibration L;
     L.layer = layer;
     SecondMoment m_fit(dc), m_hold(dc);
     RowReservoir r_fit(opt.reservoir_rows, dc, 1000 + layer), r_hold(opt.reservoir_rows, dc, 2000 + layer);
     std::vector<double> row(dc);
-    std::vector<float> cbuf, kbuf, ubuf;  // reused across sequences (no per-sequence allocation)
-    std::vector<double> ubuf64;           // --exact-moment: float64 rows for dsyrk
-    std::vector<float> hbuf;              // hidden captures: h [T, D]
-    std::vector<double> hbuf64, cbuf64;   //   and c = h W_a^T in float64
-    // Second-moment update from the latent rows c [T, d_c] of one sequence.
-    auto accumulate = [&](const auto* c, int64_t T, SecondMoment& m) {
-      if (opt.exact_moment) {
-        normalise_rows_f(c, T, dc, cfg.rms_norm_eps, ubuf64);
+    WorkerScratch& scratch = worker_scratch();
+    auto& cbuf = scratch.cbuf;
+    auto& ubuf = scratch.ubuf;
+    auto& ubuf64 = scratch.ubuf64;
+    auto& hbuf64 = scratch.hbuf64;
+    auto& cbuf64 = scratch.cbuf64;
+    // Second-moment update from the latent rows c [T, d_c] of one sequence (float32, bfloat16
+    // or, for hidden captures, float64 rows).
+    auto accumulate = [&](const void* c, char kind /* 'f' float, 'h' bf16, 'd' double */, int64_t T, SecondMoment& m) {
+      if (opt.moment == MomentMode::BF16 && kind != 'd') {
+        m.collect_bf16(c, kind == 'h' ? StoredType::BF16 : StoredType::F32, T, cfg.rms_norm_eps);
+        return;
+      }
+      const float* cf = static_cast<const float*>(c);
+      if (kind == 'h') {  // widen bfloat16 rows
+        cbuf.resize(static_cast<std::size_t>(T * dc));
+        const auto* h = static_cast<const uint16_t*>(c);
+        for (std::size_t i = 0; i < cbuf.size(); ++i) cbuf[i] = widen_bf16(h[i]);
+        cf = cbuf.data();
+      } else if (kind == 'd' && opt.moment == MomentMode::BF16) {
+        cbuf.assign(static_cast<const double*>(c), static_cast<const double*>(c) + T * dc);
+        m.collect_bf16(cbuf.data(), StoredType::F32, T, cfg.rms_norm_eps);
+        return;
+      }
+      if (opt.moment == MomentMode::F64) {
+        if (kind == 'd') normalise_rows_f(static_cast<const double*>(c), T, dc, cfg.rms_norm_eps, ubuf64);
+        else normalise_rows_f(cf, T, dc, cfg.rms_norm_eps, ubuf64);
         m.collect(Eigen::Map<const MatrixR>(ubuf64.data(), T, dc));
       } else {
-        normalise_rows_f(c, T, dc, cfg.rms_norm_eps, ubuf);
+        if (kind == 'd') normalise_rows_f(static_cast<const double*>(c), T, dc, cfg.rms_norm_eps, ubuf);
+        else normalise_rows_f(cf, T, dc, cfg.rms_norm_eps, ubuf);
         m.collect_f(ubuf.data(), T);
       }
     };
+    // Pass-2 sequences of latent captures are kept from pass 1 (as stored) when they fit in
+    // 256 MiB, so pass 2 does not read them again.
+    std::vector<std::map<int64_t, RawRows>> kept(caps.size());  // data in scratch.kept
+    std::size_t kept_bytes = 0, kept_n = 0;
+    double read_wait = 0;
     Eigen::RowVectorXd xr(dc);
     for (std::size_t ci = 0; ci < caps.size(); ++ci) {
       const auto& info = caps[ci]->info();
+      std::vector<int64_t> seqs(static_cast<std::size_t>(info.sequences));
+      for (int64_t s = 0; s < info.sequences; ++s) seqs[static_cast<std::size_t>(s)] = s;
+      std::vector<std::string> what = info.has_hidden ? std::vector<std::string>{"hidden"}
+                                                      : std::vector<std::string>{"latent", "k_pe"};
+      std::set<int64_t> keep;
+      if (!info.has_hidden)
+        for (const auto& [s, hold] : pass2_picks(ci)) keep.insert(s);
+      SequencePrefetch reader(*caps[ci], layer, what, seqs, opt.prefetch_depth);
       for (int64_t s = 0; s < info.sequences; ++s) {
+        const double c0 = thread_cpu_seconds();
+        const std::vector<RawRows>& rows = reader.next();  // checked finite (latent and k_pe)
+        const double c1 = thread_cpu_seconds();
+        cpu_read += c1 - c0;
         const bool hold = s >= info.sequences - n_hold[ci];
         RowReservoir& r = hold ? r_hold : r_fit;
+        const int64_t T = info.seq_len;
         if (info.has_hidden) {
           // c = h W_a^T (the latent rows of kv_a_proj_with_mqa) by BLAS dgemm; k_pe and RoPE
           // are not needed for pass 1. x rows (reservoir) by the reference's rmsnorm_row.
-          const int64_t T = info.seq_len, D = cfg.hidden_size;
-          caps[ci]->read_rows_f(layer, s, "hidden", hbuf);
-          hbuf64.assign(hbuf.begin(), hbuf.end());
+          const int64_t D = cfg.hidden_size;
+          const RawRows& h = rows[0];
+          hbuf64.resize(static_cast<std::size_t>(T * D));
+          for (std::size_t i = 0; i < hbuf64.size(); ++i) hbuf64[i] = h.at(static_cast<int64_t>(i));
           cbuf64.resize(static_cast<std::size_t>(T * dc));
           cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(dc),
                       static_cast<int>(D), 1.0, hbuf64.data(), static_cast<int>(D),
                       w.kv_a_proj_with_mqa.data(), static_cast<int>(D), 0.0, cbuf64.data(), static_cast<int>(dc));
-          accumulate(cbuf64.data(), T, hold ? m_hold : m_fit);
+          accumulate(cbuf64.data(), 'd', T, hold ? m_hold : m_fit);
           for (int64_t t = 0; t < T; ++t) {
             const int64_t slot = r.offer_slot();
             if (slot < 0) continue;
@@ -259,33 +356,36 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
             quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
             r.store(slot, row.data());
           }
+          cpu_moment += thread_cpu_seconds() - c1;
           continue;
         }
-        // Latent capture: float rows straight from HDF5 into reused buffers; k_pe is read
-        // only to be checked finite (pass 1 needs the latent alone).
-        const double c0 = thread_cpu_seconds();
-        caps[ci]->read_rows_f(layer, s, "latent", cbuf);
-        caps[ci]->read_rows_f(layer, s, "k_pe", kbuf);
-        const int64_t T = info.seq_len;
-        const double c1 = thread_cpu_seconds();
-        accumulate(cbuf.data(), T, hold ? m_hold : m_fit);
-        const double c2 = thread_cpu_seconds();
-        cpu_read += c1 - c0; cpu_moment += c2 - c1;
+        // Latent capture: rows as stored (float32 or bfloat16); k_pe was read only to be
+        // checked finite (pass 1 needs the latent alone).
+        const RawRows& c = rows[0];
+        if (keep.count(s) && kept_bytes + c.bytes() <= (std::size_t{256} << 20)) {
+          if (scratch.kept.size() <= kept_n) scratch.kept.resize(kept_n + 1);
+          auto& store = scratch.kept[kept_n++];
+          store.assign(static_cast<const unsigned char*>(c.data), static_cast<const unsigned char*>(c.data) + c.bytes());
+          RawRows e = c;
+          e.data = store.data();
+          kept[ci][s] = e;
+          kept_bytes += c.bytes();
+        }
+        accumulate(c.data, c.type == StoredType::BF16 ? 'h' : 'f', T, hold ? m_hold : m_fit);
         for (int64_t t = 0; t < T; ++t) {
           const int64_t slot = r.offer_slot();
           if (slot < 0) continue;
           // x = c / rms(c) * gamma in float64, the same operations as load_sequence's.
-          for (int64_t i = 0; i < dc; ++i) xr(i) = cbuf[static_cast<std::size_t>(t * dc + i)];
+          for (int64_t i = 0; i < dc; ++i) xr(i) = c.at(t * dc + i);
           xr /= std::sqrt(xr.squaredNorm() / static_cast<double>(dc) + cfg.rms_norm_eps);
           for (int64_t i = 0; i < dc; ++i) row[i] = xr(i) * w.kv_a_layernorm(i);
           quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
           r.store(slot, row.data());
         }
+        cpu_moment += thread_cpu_seconds() - c1;
       }
+      read_wait += reader.wait_seconds();
     }
-    // Pass-1 buffers are not needed any more: release them before pass 2 allocates its own.
-    for (auto* v : {&cbuf, &kbuf, &ubuf, &hbuf}) std::vector<float>().swap(*v);
-    for (auto* v : {&ubuf64, &hbuf64, &cbuf64}) std::vector<double>().swap(*v);
     const auto t_pass1 = clock::now();
     const double cpu_pass1 = thread_cpu_seconds();
     L.tokens_fit = m_fit.count;
@@ -295,12 +395,16 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     const Eigen_ eig = symmetric_eigen(L.second_moment);
     L.eigenvalues = eig.values;
     L.pca_basis = eig.vectors;
-    bases["pca"] = L.pca_basis;
+    bases["pca"] = &L.pca_basis;
+    std::map<std::string, std::pair<VectorD, VectorD>> energies;  // diag(U^T M U): fit, held-out
+    for (const auto& b : basis_names())
+      energies[b] = {basis_energies(L.second_moment, *bases[b]), basis_energies(m_h, *bases[b])};
+    const double tr_fit = L.second_moment.trace(), tr_hold = m_h.trace();
     for (int g : opt.groups) {
       for (const auto& b : basis_names()) {
         SliceStats& st = L.slices[g][b];
-        st.f = energy_fractions(L.second_moment, bases[b], g);
-        st.f_holdout = energy_fractions(m_h, bases[b], g);
+        st.f = energy_fractions_from(energies[b].first, tr_fit, g);
+        st.f_holdout = energy_fractions_from(energies[b].second, tr_hold, g);
         st.mu.assign(g, 1.0);
         st.r2.assign(g, 0.0);
         st.mu_guarded.assign(g, 0);
@@ -323,22 +427,26 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     std::vector<MatrixR> w_uv(H);
     if (std::any_of(caps.begin(), caps.end(), [](const auto& c) { return c->info().has_hidden; }))
       for (int64_t h = 0; h < H; ++h) w_uv[h] = w.w_uv(cfg, h);
-    const int64_t budget = std::max<int64_t>(1, opt.pair_sequences / static_cast<int64_t>(caps.size()));
-    std::map<std::string, MatrixR> ub;
+    auto& ub = scratch.ub;
     double cpu2_load = 0, cpu2_norm = 0, cpu2_quant = 0, cpu2_pairs = 0, cpu2_fp8 = 0;  // pass-2 profile
     MatrixR fp8_scores, fp8_olat;  // FP8 study scratch: [H, keys] probabilities, [H, d_c]
     for (std::size_t ci = 0; ci < caps.size(); ++ci) {
       const auto& info = caps[ci]->info();
-      const int64_t nfit = info.sequences - n_hold[ci];
-      std::vector<std::pair<int64_t, bool>> picks;
-      // Fit sequences serve only the (query, key) pairs: a latent capture has none.
-      if (info.has_hidden) for (int64_t s : spread(nfit, budget)) picks.push_back({s, false});
-      for (int64_t s : spread(n_hold[ci], budget)) picks.push_back({nfit + s, true});
-      if (n_hold[ci] == 0) for (int64_t s : spread(nfit, budget)) picks.push_back({s, true});
-      for (const auto& [s, hold] : picks) {
+      for (const auto& [s, hold] : pass2_picks(ci)) {
         double p0 = thread_cpu_seconds();
-        const SequenceData d = load_sequence(*caps[ci], cfg, w, layer, s);
-        const MatrixR u = normalise_rows(d.c, cfg.rms_norm_eps);
+        SequenceData d;
+        if (info.has_hidden) {
+          d = load_sequence(*caps[ci], cfg, w, layer, s);
+          scratch.u = normalise_rows(d.c, cfg.rms_norm_eps);
+        } else {  // latent: only c is used (norm errors); kept from pass 1 when it fitted
+          const auto it = kept[ci].find(s);
+          std::vector<unsigned char> buf;
+          widen_rows(it != kept[ci].end() ? it->second : caps[ci]->read_raw(layer, s, "latent", buf), scratch.c);
+          scratch.u = scratch.c;
+          for (Eigen::Index t = 0; t < scratch.u.rows(); ++t)  // normalise_rows, in place
+            scratch.u.row(t) /= std::sqrt(scratch.c.row(t).squaredNorm() / static_cast<double>(dc) + cfg.rms_norm_eps);
+        }
+        const MatrixR& u = scratch.u;
         double p1 = thread_cpu_seconds();
         cpu2_load += p1 - p0;
         const int64_t T = u.rows();
@@ -347,18 +455,29 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         ub["hadamard"] = u;
         for (int64_t t = 0; t < T; ++t)
           quant::hadamard_rotate_inplace(ub["hadamard"].row(t).data(), static_cast<std::size_t>(dc), signs.data());
-        rotate_rows(u, bases["pca"], ub["pca"]);
+        rotate_rows(u, *bases["pca"], ub["pca"]);
         if (hold) {
+          const int64_t wm = dc / gmax;
+          std::vector<double> sq_min(static_cast<std::size_t>(T * gmax));  // |slice|^2 of the gmax slices
           for (const auto& b : basis_names()) {
+            for (int64_t t = 0; t < T; ++t) {
+              const double* x = ub[b].row(t).data();
+              for (int j = 0; j < gmax; ++j) {
+                double a = 0;
+                for (int64_t i = j * wm; i < (j + 1) * wm; ++i) a += x[i] * x[i];
+                sq_min[static_cast<std::size_t>(t * gmax + j)] = a;
+              }
+            }
             for (int g : opt.groups) {
               const int64_t wd = dc / g;
+              const int per = gmax / g;
               const auto& f = L.slices[g][b].f;
               for (int k = 0; k < g; ++k) {
                 const double gain = std::sqrt(std::max(0.0, g * f[k]));  // f_k ~ -1e-17 on empty slices
                 double err = 0, ref = 0;
                 for (int64_t t = 0; t < T; ++t) {
-                  const auto seg = ub[b].row(t).segment(k * wd, wd);
-                  const double sq = seg.squaredNorm();
+                  double sq = 0;
+                  for (int j = k * per; j < (k + 1) * per; ++j) sq += sq_min[static_cast<std::size_t>(t * gmax + j)];
                   const double r = std::sqrt(sq / static_cast<double>(wd) + cfg.rms_norm_eps);
                   const double a = gain / r - 1.0;
                   err += a * a * sq;
@@ -390,7 +509,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
           const MatrixR Qpe = Eigen::Map<const MatrixR>(qp.q_pe.data(), H, cfg.qk_rope_head_dim);
           const MatrixR Qg = Q * w.kv_a_layernorm.asDiagonal();  // logit = Qg . u
           for (const auto& b : basis_names()) {
-            const MatrixR Qb = Qg * bases[b];
+            const MatrixR Qb = Qg * *bases[b];
             const auto K = ub[b].topRows(t + 1);
             const int64_t wm = dc / gmax;
             std::vector<MatrixR> P(gmax);
@@ -496,9 +615,10 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     const auto t_end = clock::now();
     auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     const double cpu_end = thread_cpu_seconds();
-    spdlog::info("layer {}: wall s (thread CPU s): pass 1 {:.2f} ({:.2f}: read+check {:.2f}, normalise+"
-                 "syrk {:.2f}), eigen {:.2f} ({:.2f}), pass 2 + FP4/Lloyd-Max {:.2f} ({:.2f})",
-                 layer, secs(t_start, t_pass1), cpu_pass1 - cpu_start, cpu_read, cpu_moment,
+    spdlog::info("layer {}: wall s (thread CPU s): pass 1 {:.2f} ({:.2f}: moment + reservoir {:.2f}, taking "
+                 "reads {:.2f}; waited {:.2f} s for the reader), eigen {:.2f} ({:.2f}), pass 2 + FP4/Lloyd-Max "
+                 "{:.2f} ({:.2f})",
+                 layer, secs(t_start, t_pass1), cpu_pass1 - cpu_start, cpu_moment, cpu_read, read_wait,
                  secs(t_pass1, t_eig), cpu_eig - cpu_pass1, secs(t_eig, t_end), cpu_end - cpu_eig);
     spdlog::info("layer {}: pass 2 thread CPU s: load {:.2f}, rotate+norm errors {:.2f}, FP8 caches {:.2f}, "
                  "pairs {:.2f}, FP8 outputs {:.2f}", layer, cpu2_load, cpu2_norm, cpu2_quant, cpu2_pairs, cpu2_fp8);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/capture.hpp"
 #include "calibration/fitters.hpp"
 #include "calibration/stats.hpp"
 #include "model/attention_reference.hpp"
@@ -21,6 +22,14 @@
 #include "quant/codebook.hpp"
 
 namespace mla::calib {
+
+// How pass 1 forms the second moment of u = c / rms(c) (docs/calibration.md):
+//   BF16: bfloat16 products c x bf16(c / rms^2), float32 block sums, float64 total (AVX-512 BF16
+//         dot products; default: twice the float32 rate, measured error ~1e-5 of max|M|)
+//   F32:  float32 ssyrk of u on blocks of 4096 rows, float64 total (error ~1e-7)
+//   F64:  float64 dsyrk (exact to rounding; ~4x the BF16 time)
+enum class MomentMode { BF16, F32, F64 };
+const char* moment_mode_name(MomentMode m);
 
 struct CalibrationOptions {
   std::vector<std::string> captures;       // merged in order
@@ -36,7 +45,9 @@ struct CalibrationOptions {
   bool mu_per_head = false;
   int protect_first = 1, protect_last = 1; // layers kept BF16 at either end
   double protect_worst_fraction = 0.1;     // plus this fraction of worst FP4-MSE layers
-  bool exact_moment = false;               // float64 dsyrk instead of float32 ssyrk blocks (~2x pass 1)
+  MomentMode moment = MomentMode::BF16;    // second-moment arithmetic (pass 1)
+  IoMode io = IoMode::Auto;                // how pass 1 reads latent/hidden rows (capture.hpp)
+  int prefetch_depth = 4;                  // sequences read ahead per layer worker
   int64_t threads = 0;                     // layer worker threads; 0: all cores (min #layers)
 };
 
@@ -79,7 +90,7 @@ struct CalibrationResult {
   std::vector<std::string> capture_sources, corpus_sha256;
   uint64_t hadamard_seed = 0;
   double holdout_fraction = 0;
-  std::string second_moment_accumulation;  // provenance: "float32 ssyrk blocks of 4096 rows" / "float64 dsyrk"
+  std::string second_moment_accumulation;  // provenance: how the moment was summed (MomentMode)
   std::vector<int> groups;
   std::vector<LayerCalibration> layers;
   Fp4ConstantFit global_fp4;

@@ -1,41 +1,111 @@
 #include "calibration/capture.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "core/error.hpp"
 
 namespace mla::calib {
 
 namespace {
-// Raw handles for the streaming reads: one H5Fopen of the capture and the datasets opened
-// once each (opening a dataset per sequence costs more than reading 4096 cached rows).
-struct RawFile {
-  hid_t file = H5I_INVALID_HID;
-  std::map<std::string, hid_t> datasets;
-  ~RawFile() {
-    for (auto& kv : datasets) H5Dclose(kv.second);
-    if (file >= 0) H5Fclose(file);
-  }
-};
+
+// One lock for every HDF5 call of the calibration readers: pass 1/2 run layers on worker
+// threads and prefetch threads, and the io::h5 wrappers keep no locks of their own.
+std::mutex& h5_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 std::string dims_str(const io::h5::Dims& d) {
   std::string s = "[";
   for (std::size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
+
+constexpr std::size_t kAlign = 4096;  // O_DIRECT: offset, length and buffer aligned to this
+
+struct FreeDeleter {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+using AlignedBuf = std::unique_ptr<unsigned char, FreeDeleter>;
+AlignedBuf aligned_buffer(std::size_t bytes) {
+  const std::size_t n = (bytes + kAlign - 1) / kAlign * kAlign;
+  auto* p = static_cast<unsigned char*>(std::aligned_alloc(kAlign, n ? n : kAlign));
+  if (!p) throw Error("out of memory allocating a " + std::to_string(n) + "-byte read buffer");
+  return AlignedBuf(p);
+}
+
+// True when no element is NaN or Inf (exponent bits all ones): branch-free OR over the bits,
+// which the compiler vectorises.
+bool all_finite_f32(const float* x, std::size_t n) {
+  uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+bool all_finite_bf16(const uint16_t* x, std::size_t n) {
+  uint16_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad |= static_cast<uint16_t>((x[i] & 0x7f80u) == 0x7f80u);
+  return bad == 0;
+}
 }  // namespace
+
+// Raw handles: one H5Fopen of the capture with each dataset opened once (opening a dataset per
+// sequence costs more than reading 4096 cached rows), and the file descriptors for pread.
+struct Capture::Impl {
+  struct Ds {
+    hid_t id = H5I_INVALID_HID;
+    StoredType type = StoredType::F32;  // as stored
+    hid_t mem_type = H5I_INVALID_HID;    // H5Dread memory type (owned when BF16)
+    bool raw_chunks = false;             // chunk = one sequence, no filters: pread its bytes
+    std::string type_name;
+  };
+  hid_t file = H5I_INVALID_HID;
+  std::map<std::string, Ds> datasets;
+  bool userblock_zero = false;
+  int fd_direct = -1, fd_buffered = -1;
+  std::atomic<bool> direct_failed{false};
+  ~Impl() {
+    for (auto& kv : datasets) {
+      if (kv.second.type == StoredType::BF16 && kv.second.mem_type >= 0) H5Tclose(kv.second.mem_type);
+      H5Dclose(kv.second.id);
+    }
+    if (file >= 0) H5Fclose(file);
+    if (fd_direct >= 0) ::close(fd_direct);
+    if (fd_buffered >= 0) ::close(fd_buffered);
+  }
+};
 
 std::string Capture::layer_path(int64_t layer, const char* what) const {
   return split_ + "/" + io::h5::layer_group_name(layer) + "/" + what;
 }
 
+int64_t Capture::width(const char* what) const {
+  const std::string w(what);
+  return w == "hidden" ? cfg_.hidden_size : w == "latent" ? cfg_.kv_lora_rank : cfg_.qk_rope_head_dim;
+}
+
+Capture::~Capture() = default;
+
 Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,
                  const std::string& split)
-    : file_(io::h5::File::open_read(path)), raw_(std::make_shared<RawFile>()), split_(split), cfg_(cfg) {
+    : file_(io::h5::File::open_read(path)), impl_(std::make_unique<Impl>()), split_(split), cfg_(cfg) {
   const auto& root = file_.root();
   info_.path = path.string();
   const std::string where = "capture " + info_.path;
@@ -70,7 +140,24 @@ Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,
     throw InputError(where + ": /" + split_ + " is empty (tokens " + dims_str(tokens) + ")");
   }
   info_.has_hidden = root.exists(layer_path(0, "hidden"));
-  // Validate every layer's shapes up front so a mismatch fails before hours of work.
+  std::error_code ec;
+  info_.file_bytes = std::filesystem::file_size(path, ec);
+
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  Impl& im = *impl_;
+  im.file = H5Fopen(info_.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (im.file < 0) throw InputError(where + ": cannot reopen for reading");
+  {
+    const hid_t fcpl = H5Fget_create_plist(im.file);
+    hsize_t ub = 1;
+    if (fcpl >= 0) {
+      H5Pget_userblock(fcpl, &ub);
+      H5Pclose(fcpl);
+    }
+    im.userblock_zero = ub == 0;
+  }
+  // Validate every layer's shapes and element types up front so a mismatch fails before hours
+  // of work; open the datasets for the streaming reads.
   for (int64_t l = 0; l < info_.num_layers; ++l) {
     auto check = [&](const char* what, int64_t width) {
       const std::string p = layer_path(l, what);
@@ -81,6 +168,29 @@ Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,
         throw InputError(where + ": dataset /" + p + " has shape " + dims_str(d) + ", expected " +
                          dims_str(want));
       }
+      Impl::Ds ds;
+      ds.id = H5Dopen2(im.file, p.c_str(), H5P_DEFAULT);
+      if (ds.id < 0) throw InputError(where + ": dataset /" + p + ": cannot open");
+      const hid_t ft = H5Dget_type(ds.id);
+      const bool is_float = classify_h5_float_type(ft, ds.type, &ds.type_name);
+      H5Tclose(ft);
+      if (!is_float) {
+        H5Dclose(ds.id);
+        throw InputError(where + ": dataset /" + p + " has element type " + ds.type_name +
+                         ", expected float32 or bfloat16");
+      }
+      ds.mem_type = ds.type == StoredType::BF16 ? make_bf16_h5_type() : H5T_NATIVE_FLOAT;
+      const hid_t dcpl = H5Dget_create_plist(ds.id);
+      if (dcpl >= 0) {
+        hsize_t chunk[3] = {0, 0, 0};
+        ds.raw_chunks = ds.type != StoredType::OTHER && im.userblock_zero &&
+                        H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 3, chunk) == 3 &&
+                        chunk[0] == 1 && chunk[1] == tokens[1] && chunk[2] == static_cast<hsize_t>(width) &&
+                        H5Pget_nfilters(dcpl) == 0;
+        H5Pclose(dcpl);
+      }
+      if (l == 0) info_.latent_type = ds.type;
+      im.datasets.emplace(p, std::move(ds));
     };
     if (info_.has_hidden) {
       check("hidden", cfg.hidden_size);
@@ -91,103 +201,265 @@ Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,
   }
 }
 
-namespace {
-// One lock for every HDF5 call of the calibration readers: pass 1/2 run layers on worker
-// threads, and the io::h5 wrappers keep no locks of their own.
-std::mutex& h5_mutex() {
-  static std::mutex m;
-  return m;
+IoMode Capture::effective_io_mode() const {
+  if (io_mode_ != IoMode::Auto) return io_mode_;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double ram = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+  return ram > 0 && static_cast<double>(info_.file_bytes) > 0.5 * ram ? IoMode::Direct : IoMode::Buffered;
 }
 
-// True when no element is NaN or Inf: exponent bits all ones. Branch-free OR over the bits,
-// which the compiler vectorises (the element-wise std::isfinite loop does not).
-bool all_finite(const float* x, std::size_t n) {
-  uint32_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, x + i, sizeof u);
-    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-
-// Throws the InputError naming the first non-finite element (called only after all_finite
-// failed, so the slow scan never runs on good data).
-void check_finite(const float* v, int64_t s, int64_t T, int64_t width, const std::string& path,
-                  const std::string& file) {
-  if (all_finite(v, static_cast<std::size_t>(T * width))) return;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t i = 0; i < width; ++i) {
-      const float x = v[static_cast<std::size_t>(t * width + i)];
+void Capture::check_finite(const RawRows& r, int64_t layer, int64_t s, const char* what) const {
+  const std::size_t n = static_cast<std::size_t>(r.rows * r.width);
+  const bool ok = r.type == StoredType::BF16 ? all_finite_bf16(static_cast<const uint16_t*>(r.data), n)
+                                             : all_finite_f32(static_cast<const float*>(r.data), n);
+  if (ok) return;
+  for (int64_t t = 0; t < r.rows; ++t) {
+    for (int64_t i = 0; i < r.width; ++i) {
+      const float x = r.at(t * r.width + i);
       if (!std::isfinite(x)) {
-        throw InputError("capture " + file + ": dataset /" + path + " sequence " +
+        throw InputError("capture " + info_.path + ": dataset /" + layer_path(layer, what) + " sequence " +
                          std::to_string(s) + " token " + std::to_string(t) + " column " +
                          std::to_string(i) + " is " + (std::isnan(x) ? "NaN" : "Inf") +
-                         " (row " + std::to_string(s * T + t) + ")");
+                         " (row " + std::to_string(s * r.rows + t) + ")");
       }
     }
   }
 }
 
-MatrixR read_rows_checked(const io::h5::Group& root, const std::string& path, int64_t s,
-                          int64_t T, int64_t width, const std::string& file) {
-  std::vector<float> v;
+RawRows Capture::read_raw(int64_t layer, int64_t s, const char* what, std::vector<unsigned char>& buf) const {
+  const std::string path = layer_path(layer, what);
+  RawRows r;
+  r.rows = info_.seq_len;
+  r.width = width(what);
   {
     std::lock_guard<std::mutex> lock(h5_mutex());
-    v = root.open(path).read_rows<float>(static_cast<uint64_t>(s), 1);
+    const auto it = impl_->datasets.find(path);
+    if (it == impl_->datasets.end()) throw InputError("capture " + info_.path + ": dataset /" + path + " is missing");
+    const Impl::Ds& ds = it->second;
+    r.type = ds.type == StoredType::BF16 ? StoredType::BF16 : StoredType::F32;
+    buf.resize(r.bytes());
+    r.data = buf.data();
+    const hid_t fs = H5Dget_space(ds.id);
+    hsize_t start[3] = {static_cast<hsize_t>(s), 0, 0};
+    hsize_t count[3] = {1, static_cast<hsize_t>(r.rows), static_cast<hsize_t>(r.width)};
+    herr_t st = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    const hid_t ms = H5Screate_simple(3, count, nullptr);
+    if (st >= 0) st = H5Dread(ds.id, ds.mem_type, ms, fs, H5P_DEFAULT, buf.data());
+    H5Sclose(ms);
+    H5Sclose(fs);
+    if (st < 0) {
+      throw InputError("capture " + info_.path + ": dataset /" + path + ": read of sequence " + std::to_string(s) +
+                       " failed (element type " + ds.type_name + ")");
+    }
   }
-  check_finite(v.data(), s, T, width, path, file);
-  MatrixR m(T, width);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < width; ++i) m(t, i) = v[static_cast<std::size_t>(t * width + i)];
+  check_finite(r, layer, s, what);
+  return r;
+}
+
+namespace {
+MatrixR widen(const RawRows& r) {
+  MatrixR m(r.rows, r.width);
+  for (int64_t i = 0; i < r.rows * r.width; ++i) m.data()[i] = r.at(i);
   return m;
 }
 }  // namespace
 
-void Capture::read_rows_f(int64_t layer, int64_t s, const char* what, std::vector<float>& out) const {
-  const std::string path = layer_path(layer, what);
-  const int64_t T = info_.seq_len;
-  const int64_t width = std::string(what) == "hidden" ? cfg_.hidden_size
-                        : std::string(what) == "latent" ? cfg_.kv_lora_rank
-                                                         : cfg_.qk_rope_head_dim;
-  out.resize(static_cast<std::size_t>(T * width));
-  {
-    std::lock_guard<std::mutex> lock(h5_mutex());
-    auto* raw = static_cast<RawFile*>(raw_.get());
-    const std::string where = "capture " + info_.path + ": dataset /" + path;
-    if (raw->file < 0) {
-      raw->file = H5Fopen(info_.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-      if (raw->file < 0) throw InputError("capture " + info_.path + ": cannot reopen for reading");
-    }
-    auto it = raw->datasets.find(path);
-    if (it == raw->datasets.end()) {
-      const hid_t d = H5Dopen2(raw->file, path.c_str(), H5P_DEFAULT);
-      if (d < 0) throw InputError(where + ": cannot open");
-      it = raw->datasets.emplace(path, d).first;
-    }
-    const hid_t fs = H5Dget_space(it->second);
-    hsize_t start[3] = {static_cast<hsize_t>(s), 0, 0};
-    hsize_t count[3] = {1, static_cast<hsize_t>(T), static_cast<hsize_t>(width)};
-    herr_t st = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr);
-    const hid_t ms = H5Screate_simple(3, count, nullptr);
-    if (st >= 0) st = H5Dread(it->second, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out.data());
-    H5Sclose(ms);
-    H5Sclose(fs);
-    if (st < 0) throw InputError(where + ": read of sequence " + std::to_string(s) + " failed");
-  }
-  check_finite(out.data(), s, T, width, path, info_.path);
-}
-
 MatrixR Capture::read_hidden(int64_t layer, int64_t s) const {
-  return read_rows_checked(file_.root(), layer_path(layer, "hidden"), s, info_.seq_len,
-                           cfg_.hidden_size, info_.path);
+  std::vector<unsigned char> buf;
+  return widen(read_raw(layer, s, "hidden", buf));
 }
 
 void Capture::read_latent(int64_t layer, int64_t s, MatrixR& c, MatrixR& k_pe) const {
-  c = read_rows_checked(file_.root(), layer_path(layer, "latent"), s, info_.seq_len,
-                        cfg_.kv_lora_rank, info_.path);
-  k_pe = read_rows_checked(file_.root(), layer_path(layer, "k_pe"), s, info_.seq_len,
-                           cfg_.qk_rope_head_dim, info_.path);
+  std::vector<unsigned char> buf;
+  c = widen(read_raw(layer, s, "latent", buf));
+  k_pe = widen(read_raw(layer, s, "k_pe", buf));
+}
+
+// ---- SequencePrefetch ----
+
+namespace {
+// Read buffers outlive a SequencePrefetch: each worker thread keeps its own and the next
+// layer's reader takes them again (fresh multi-MB buffers per layer cost page faults and
+// fragment the heap).
+using BufferPool = std::vector<std::pair<AlignedBuf, std::size_t>>;
+BufferPool& thread_buffer_pool() {
+  thread_local BufferPool pool;
+  return pool;
+}
+}  // namespace
+
+struct SequencePrefetch::State {
+  const Capture* cap = nullptr;
+  int64_t layer = 0;
+  std::vector<std::string> what;
+  std::vector<int64_t> seqs;
+  IoMode mode = IoMode::Buffered;
+  struct Slot {
+    std::vector<AlignedBuf> buf;
+    std::vector<std::size_t> cap_bytes;
+    std::vector<std::vector<unsigned char>> h5buf;  // H5Dread fallback
+    std::vector<RawRows> rows;
+    std::exception_ptr error;
+    bool ready = false;
+  };
+  std::vector<Slot> slots;
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t produced = 0, consumed = 0;  // sequences handed over / taken
+  bool stop = false;
+  std::thread thread;
+  BufferPool* pool = nullptr;  // the constructing thread's, refilled by the destructor
+
+  // Reads sequence s of `what` into the slot's buffer k; returns the view.
+  RawRows read(Slot& slot, std::size_t k, int64_t s) {
+    const std::string& w = what[k];
+    const Capture& c = *cap;
+    const std::string path = c.layer_path(layer, w.c_str());
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t csize = 0;
+    RawRows r;
+    r.rows = c.info_.seq_len;
+    r.width = c.width(w.c_str());
+    if (mode != IoMode::Hdf5) {
+      std::lock_guard<std::mutex> lock(h5_mutex());
+      const auto& ds = c.impl_->datasets.at(path);
+      r.type = ds.type;
+      if (ds.raw_chunks) {
+        hsize_t off[3] = {static_cast<hsize_t>(s), 0, 0};
+        unsigned mask = 0;
+        if (H5Dget_chunk_info_by_coord(ds.id, off, &mask, &addr, &csize) < 0 || mask != 0) addr = HADDR_UNDEF;
+      }
+    }
+    if (addr == HADDR_UNDEF || csize != r.bytes()) {
+      auto& hb = slot.h5buf[k];
+      r = c.read_raw(layer, s, w.c_str(), hb);
+      return r;  // checked finite by read_raw
+    }
+    Capture::Impl& im = *c.impl_;
+    const bool direct = mode == IoMode::Direct && !im.direct_failed && im.fd_direct >= 0;
+    const int fd = direct ? im.fd_direct : im.fd_buffered;
+    const uint64_t a0 = direct ? addr / kAlign * kAlign : addr;
+    const uint64_t a1 = direct ? (addr + csize + kAlign - 1) / kAlign * kAlign : addr + csize;
+    const std::size_t len = static_cast<std::size_t>(a1 - a0);
+    if (slot.cap_bytes[k] < len) {
+      slot.buf[k] = aligned_buffer(len);
+      slot.cap_bytes[k] = len;
+    }
+    unsigned char* dst = slot.buf[k].get();
+    std::size_t got = 0;
+    while (got < len) {
+      const ssize_t n = ::pread(fd, dst + got, len - got, static_cast<off_t>(a0 + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && direct && got == 0 && errno == EINVAL) {
+        im.direct_failed = true;  // the file system refuses O_DIRECT: page cache from now on
+        return read(slot, k, s);
+      }
+      if (n <= 0) break;  // EOF (the aligned end may pass it) or error
+      got += static_cast<std::size_t>(n);
+    }
+    if (got < addr - a0 + csize) {
+      throw InputError("capture " + c.info_.path + ": dataset /" + path + ": read of sequence " +
+                       std::to_string(s) + " failed (" + std::strerror(errno) + ")");
+    }
+    r.data = dst + (addr - a0);
+    c.check_finite(r, layer, s, w.c_str());
+    return r;
+  }
+
+  void run() {
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      Slot* slot;
+      {
+        std::unique_lock<std::mutex> lk(m);
+        // The consumer holds the slot of sequence consumed - 1 until its next call.
+        cv.wait(lk, [&] { return stop || produced - consumed + 1 < slots.size(); });
+        if (stop) return;
+        slot = &slots[i % slots.size()];
+      }
+      std::exception_ptr err;
+      std::vector<RawRows> rows(what.size());
+      try {
+        for (std::size_t k = 0; k < what.size(); ++k) rows[k] = read(*slot, k, seqs[i]);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(m);
+        slot->rows = std::move(rows);
+        slot->error = err;
+        slot->ready = true;
+        ++produced;
+      }
+      cv.notify_all();
+      if (err) return;
+    }
+  }
+};
+
+SequencePrefetch::SequencePrefetch(const Capture& cap, int64_t layer, std::vector<std::string> what,
+                                   std::vector<int64_t> seqs, int depth)
+    : st_(std::make_unique<State>()) {
+  State& st = *st_;
+  st.cap = &cap;
+  st.layer = layer;
+  st.what = std::move(what);
+  st.seqs = std::move(seqs);
+  st.mode = cap.effective_io_mode();
+  {
+    std::lock_guard<std::mutex> lock(h5_mutex());
+    Capture::Impl& im = *cap.impl_;
+    if (st.mode == IoMode::Direct && im.fd_direct < 0 && !im.direct_failed) {
+      im.fd_direct = ::open(cap.info_.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+      if (im.fd_direct < 0) im.direct_failed = true;
+    }
+    if (im.fd_buffered < 0) {
+      im.fd_buffered = ::open(cap.info_.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (im.fd_buffered < 0) throw InputError("capture " + cap.info_.path + ": cannot open: " + std::strerror(errno));
+      posix_fadvise(im.fd_buffered, 0, 0, POSIX_FADV_SEQUENTIAL);
+    }
+  }
+  st.slots.resize(static_cast<std::size_t>(std::max(1, depth)) + 1);  // +1: the slot the consumer holds
+  st.pool = &thread_buffer_pool();
+  for (auto& s : st.slots) {
+    s.buf.resize(st.what.size());
+    s.cap_bytes.assign(st.what.size(), 0);
+    s.h5buf.resize(st.what.size());
+    for (std::size_t k = 0; k < st.what.size() && !st.pool->empty(); ++k) {
+      s.buf[k] = std::move(st.pool->back().first);
+      s.cap_bytes[k] = st.pool->back().second;
+      st.pool->pop_back();
+    }
+  }
+  st.thread = std::thread([&st] { st.run(); });
+}
+
+SequencePrefetch::~SequencePrefetch() {
+  {
+    std::lock_guard<std::mutex> lk(st_->m);
+    st_->stop = true;
+  }
+  st_->cv.notify_all();
+  if (st_->thread.joinable()) st_->thread.join();
+  for (auto& s : st_->slots)
+    for (std::size_t k = 0; k < s.buf.size(); ++k)
+      if (s.buf[k]) st_->pool->emplace_back(std::move(s.buf[k]), s.cap_bytes[k]);
+}
+
+const std::vector<RawRows>& SequencePrefetch::next() {
+  State& st = *st_;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(st.m);
+  if (st.consumed >= st.seqs.size()) throw Error("SequencePrefetch: no sequence left");
+  // The slot handed out by the previous call is free again (the consumer moved on): the
+  // producer's wait counts it as held until `consumed` moves past it.
+  State::Slot& slot = st.slots[st.consumed % st.slots.size()];
+  st.cv.wait(lk, [&] { return slot.ready; });
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (slot.error) std::rethrow_exception(slot.error);
+  slot.ready = false;
+  ++st.consumed;
+  st.cv.notify_all();
+  return slot.rows;
 }
 
 }  // namespace mla::calib

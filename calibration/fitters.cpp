@@ -1,10 +1,12 @@
 #include "calibration/fitters.hpp"
 
+#include <cblas.h>
 #include <lapacke.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <future>
 
 #include "calibration/stats.hpp"
 #include "core/error.hpp"
@@ -28,18 +30,32 @@ Eigen_ symmetric_eigen(const MatrixR& m) {
   return r;
 }
 
-std::vector<double> energy_fractions(const MatrixR& m, const Eigen::MatrixXd& u, int g) {
-  const Eigen::Index d = m.rows(), w = d / g;
-  const double tr = m.trace();
+VectorD basis_energies(const MatrixR& m, const Eigen::MatrixXd& u) {
+  const int d = static_cast<int>(m.rows());
+  // MU = M U (M symmetric: its row-major storage is its column-major storage), then
+  // e_i = u_i . (M u_i).
+  Eigen::MatrixXd mu(d, d);
+  cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0, m.data(), d, u.data(), d, 0.0,
+              mu.data(), d);
+  VectorD e(d);
+  for (int i = 0; i < d; ++i) e(i) = u.col(i).dot(mu.col(i));
+  return e;
+}
+
+std::vector<double> energy_fractions_from(const VectorD& e, double tr, int g) {
+  const Eigen::Index d = e.size(), w = d / g;
   std::vector<double> f(g, 0.0);
   if (tr <= 0) return f;
   for (int k = 0; k < g; ++k) {
-    const auto uk = u.middleCols(k * w, w);
     // M is positive semi-definite, so f_k >= 0; an empty slice (rank-deficient M, e.g. layer 0
     // of tiny-v2) comes out as -1e-17 from rounding, which mla-convert rightly refuses.
-    f[k] = std::max(0.0, (uk.transpose() * m * uk).trace() / tr);
+    f[k] = std::max(0.0, e.segment(k * w, w).sum() / tr);
   }
   return f;
+}
+
+std::vector<double> energy_fractions(const MatrixR& m, const Eigen::MatrixXd& u, int g) {
+  return energy_fractions_from(basis_energies(m, u), m.trace(), g);
 }
 
 MuFit fit_mu(const FitSums& s, double min_rel_energy) {
@@ -52,9 +68,66 @@ MuFit fit_mu(const FitSums& s, double min_rel_energy) {
   return r;
 }
 
+namespace {
+// quant's e2m1_round (fp4_kv.cpp) without branches: nearest E2M1 magnitude of |float(v)|,
+// ties as there (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4).
+inline double e2m1_round_nb(double v) {
+  const double a = std::fabs(static_cast<float>(v));
+  const double q = 0.5 * ((a > 0.25) + (a >= 0.75) + (a > 1.25) + (a >= 1.75)) +
+                   ((a > 2.5) + (a >= 3.5)) + 2.0 * (a > 5.0);
+  return std::copysign(q, v);
+}
+inline float absmax32(const float* x) {
+  float m = 0.0f;
+  for (std::size_t i = 0; i < quant::kFp4Group; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+}  // namespace
+
+// Both sums: per group of 32, eight interleaved partial sums (vectorisable; fixed order, so
+// deterministic), groups added in order. Same per-value arithmetic as quant's functions.
+double fp4_round_sq_error(const float* x, std::size_t n, float c) {
+  double err = 0.0;
+  for (std::size_t g = 0; g < n / quant::kFp4Group; ++g) {
+    const float* xg = x + g * quant::kFp4Group;
+    const uint8_t b = quant::fp4_scale_byte(absmax32(xg), quant::Fp4ScaleRule::Round, c);
+    const int e = static_cast<int>(b) - 127;
+    const double down = std::ldexp(1.0, -e), up = b == 0 ? 0.0 : std::ldexp(1.0, e);  // exact powers of two
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (std::size_t i = 0; i < quant::kFp4Group; i += 8)
+      for (std::size_t j = 0; j < 8; ++j) {
+        const double v = xg[i + j];
+        const double y = e2m1_round_nb(v * down) * up;
+        acc[j] += (y - v) * (y - v);
+      }
+    err += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  return err;
+}
+
+double fp4_continuous_sq_error_fast(const float* x, std::size_t n, double c) {
+  double err = 0.0;
+  for (std::size_t g = 0; g < n / quant::kFp4Group; ++g) {
+    const float* xg = x + g * quant::kFp4Group;
+    const double s = c * absmax32(xg);
+    if (!(s > 0.0)) {
+      for (std::size_t i = 0; i < quant::kFp4Group; ++i) err += static_cast<double>(xg[i]) * xg[i];
+      continue;
+    }
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (std::size_t i = 0; i < quant::kFp4Group; i += 8)
+      for (std::size_t j = 0; j < 8; ++j) {
+        const double v = xg[i + j];
+        const double y = e2m1_round_nb(v / s) * s;
+        acc[j] += (y - v) * (y - v);
+      }
+    err += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  return err;
+}
+
 double fp4_round_mse(const std::vector<float>& x, double c) {
-  return quant::fp4_mx_sq_error(x.data(), x.size(), quant::Fp4ScaleRule::Round,
-                                static_cast<float>(c)) / static_cast<double>(x.size());
+  return fp4_round_sq_error(x.data(), x.size(), static_cast<float>(c)) / static_cast<double>(x.size());
 }
 
 namespace {
@@ -91,12 +164,20 @@ Fp4ConstantFit fit_fp4_constant(const std::vector<float>& x, double c_lo, double
   r.values = static_cast<int64_t>(x.size());
   for (float v : x) r.mean_square += static_cast<double>(v) * v;
   r.mean_square /= n;
-  auto cont = [&](double c) { return quant::fp4_continuous_sq_error(x.data(), x.size(), c) / n; };
+  auto cont = [&](double c) { return fp4_continuous_sq_error_fast(x.data(), x.size(), c) / n; };
   auto rnd = [&](double c) { return fp4_round_mse(x, c); };
+  // The two searches are independent: on large samples (the global fit pools every layer's
+  // reservoir) the rounded one runs on a second thread. Same result either way.
+  std::future<void> rounded;
+  auto search_rounded = [&] {
+    r.c_rounded = minimise_1d(rnd, c_lo, c_hi, 96);
+    r.mse_rounded = rnd(r.c_rounded);
+  };
+  if (x.size() >= (std::size_t{1} << 18)) rounded = std::async(std::launch::async, search_rounded);
   r.c_continuous = minimise_1d(cont, c_lo, c_hi, 96);
   r.mse_continuous = cont(r.c_continuous);
-  r.c_rounded = minimise_1d(rnd, c_lo, c_hi, 96);
-  r.mse_rounded = rnd(r.c_rounded);
+  if (rounded.valid()) rounded.get();
+  else search_rounded();
   r.mse_rounded_paper = rnd(quant::kUltraQuantC);
   r.mse_ocp_floor = quant::fp4_mx_sq_error(x.data(), x.size(), quant::Fp4ScaleRule::OcpFloor, 0) / n;
   r.mse_rceil = quant::fp4_mx_sq_error(x.data(), x.size(), quant::Fp4ScaleRule::Rceil, 0) / n;

@@ -21,6 +21,10 @@ Eigen_ symmetric_eigen(const MatrixR& m);
 // f_k = tr(U_k^T M U_k) / tr(M) for g equal slices of the columns of basis U (d x d).
 std::vector<double> energy_fractions(const MatrixR& second_moment, const Eigen::MatrixXd& basis,
                                      int g);
+// diag(U^T M U) (one dgemm), and the fractions f_k for any g from it: energy_fractions without
+// a product per g.
+VectorD basis_energies(const MatrixR& second_moment, const Eigen::MatrixXd& basis);
+std::vector<double> energy_fractions_from(const VectorD& energies, double trace, int g);
 
 // mu from fit sums, with the energy guard: when the partial logit's energy pp/n is below
 // `min_rel_energy` times the full logit's zz/n, mu stays 1 and `guarded` is set.
@@ -45,5 +49,10 @@ struct Fp4ConstantFit {
 Fp4ConstantFit fit_fp4_constant(const std::vector<float>& x, double c_lo = 0.08, double c_hi = 0.32);
 // Mean squared error of the rounded rule at constant c.
 double fp4_round_mse(const std::vector<float>& x, double c);
+// The same sums as quant::fp4_mx_sq_error(..., Round, c) and quant::fp4_continuous_sq_error,
+// bit for bit (same operations in the same order; tested), with a branch-free E2M1 rounding:
+// ~20x faster, for the 1-D searches (2 x ~130 evaluations per layer).
+double fp4_round_sq_error(const float* x, std::size_t n, float c);
+double fp4_continuous_sq_error_fast(const float* x, std::size_t n, double c);
 
 }  // namespace mla::calib

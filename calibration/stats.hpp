@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "calibration/bf16.hpp"
 #include "core/tensor.hpp"
 
 namespace mla::calib {
@@ -23,6 +24,17 @@ struct SecondMoment {
   // sums of <= 4096 products (relative error ~1e-6 on the entries; docs/calibration.md).
   static constexpr int64_t kFloatBlock = 4096;
   void collect_f(const float* u, int64_t rows);
+  // Raw latent rows c (`rows` x d_c, stored as `type`: F32 or BF16), normalised here with
+  // s_t = 1 / (|c_t|^2 / d_c + eps): sum += sum_t a_t b_t^T with a_t = bf16(c_t) (exact for a
+  // BF16 capture) and b_t = bf16(c_t * s_t), products exact in float32 (AVX-512 BF16 dot
+  // products, vdpbf16ps), float32 sums over blocks of <= kFloatBlock rows, float64 total.
+  // Twice the FP32 FMA rate; the one rounding that matters, b_t to 8 significant bits, is
+  // unbiased and averages out over tokens (docs/calibration.md, "BF16 second moment").
+  // Without avx512_bf16 (or with use_portable_bf16(true)) the same operands go through
+  // float32 sgemm: same products, another float32 summation order.
+  void collect_bf16(const void* c, StoredType type, int64_t rows, double eps);
+  static bool bf16_kernel_available();    // the CPU has avx512_bf16 (+ avx512bw/vl)
+  static void use_portable_bf16(bool on);  // tests: force the sgemm path
   void merge(const SecondMoment& o);
   // E[u u^T] (symmetric), zero when empty.
   MatrixR finalize() const;

@@ -11,7 +11,9 @@
 #include "calibration/calibrate.hpp"
 #include "calibration/synthetic.hpp"
 #include "core/error.hpp"
+#include "io/capture.hpp"
 #include "io/hdf5.hpp"
+#include "quant/fp4_kv.hpp"
 
 using namespace mla;
 using namespace mla::calib;
@@ -352,7 +354,7 @@ TEST(Calibration, InfInKPeIsNamed) {
 }
 
 TEST(Calibration, Float32MomentWithinToleranceOfFloat64) {
-  // The default float32 block second moment against a direct float64 sum over the capture:
+  // The float32 block second moment against a direct float64 sum over the capture:
   // docs/calibration.md promises |dM| <= 1e-6 max|M|; --exact-moment matches to rounding.
   const auto cfg = cfg64();
   const fs::path dir = tmpdir();
@@ -378,8 +380,9 @@ TEST(Calibration, Float32MomentWithinToleranceOfFloat64) {
   want /= static_cast<double>(n);
   CalibrationOptions opt;
   opt.captures = {(dir / "prec.h5").string()};
+  opt.moment = MomentMode::F32;
   const auto f32 = calibrate(cfg, gamma_one(cfg), "fp", opt);
-  opt.exact_moment = true;
+  opt.moment = MomentMode::F64;
   const auto f64 = calibrate(cfg, gamma_one(cfg), "fp", opt);
   const double scale = want.cwiseAbs().maxCoeff();
   const double e32 = (f32.layers[0].second_moment - want).cwiseAbs().maxCoeff() / scale;
@@ -408,5 +411,259 @@ TEST(Calibration, HiddenCaptureWithoutProjectionWeightsIsAnInputError) {
   try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
   catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("kv_a_proj_with_mqa"), std::string::npos) << e.what();
+  }
+}
+
+// ---- bfloat16 captures, the BF16 second moment, the readers ----
+
+namespace {
+// Direct float64 E[u u^T] over the first `seqs` sequences of a latent capture (read through
+// HDF5's own conversion, so a bfloat16 file is widened independently of the fast path).
+MatrixR exact_moment(const fs::path& cap, int64_t seqs, int64_t d, double eps) {
+  std::vector<float> lat;
+  {
+    auto f = io::h5::File::open_read(cap);
+    lat = f.root().open("calib/layer_00/latent").read_rows<float>(0, static_cast<uint64_t>(seqs));
+  }
+  MatrixR want = MatrixR::Zero(d, d);
+  const int64_t n = static_cast<int64_t>(lat.size()) / d;
+  for (int64_t t = 0; t < n; ++t) {
+    Eigen::RowVectorXd u(d);
+    for (int64_t i = 0; i < d; ++i) u(i) = lat[static_cast<std::size_t>(t * d + i)];
+    u /= std::sqrt(u.squaredNorm() / static_cast<double>(d) + eps);
+    want += u.transpose() * u;
+  }
+  return want / static_cast<double>(n);
+}
+
+// Largest sine of the principal angles between the column spans of A and B (orthonormal).
+double subspace_sin(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) {
+  const Eigen::VectorXd s = Eigen::JacobiSVD<Eigen::MatrixXd>(A.transpose() * B).singularValues();
+  const double c = std::min(1.0, s.minCoeff());
+  return std::sqrt(std::max(0.0, 1.0 - c * c));
+}
+
+// The BF16 moment's tolerances on the test capture below (d_c = 64, 4608 fit tokens, channel
+// scales 0.93^i). Every product a_t b_t carries one zero-mean rounding of relative size
+// <= 2^-9 (b_t to bfloat16; a float32 capture rounds a_t too), so the error of an entry
+// averages down as 1/sqrt(tokens): measured 8e-5 of max|M| here on a float32 capture, 3e-6 on
+// the 1M-token BF16 V2-Lite capture (docs/calibration.md). The tolerances are ~3x the
+// measured values at this size.
+constexpr double kBf16MomentRelTol = 2.5e-4;    // max|dM| / max|M|
+constexpr double kBf16EnergyFractionTol = 3e-5; // |df_k|, every g, basis, slice
+constexpr double kBf16EigenRelTol = 2.5e-4;     // max|d lambda| / lambda_max
+constexpr double kBf16SubspaceSinTol = 2e-3;    // PCA slice subspaces, largest principal-angle sine
+constexpr double kPortableVsKernelTol = 1e-6;   // AVX-512 BF16 kernel vs the sgemm path (same products)
+
+SyntheticCaptureSpec decaying_spec(StoredType dtype) {
+  SyntheticCaptureSpec spec;
+  spec.sequences = 10; spec.seq_len = 512;
+  spec.channel_scale.resize(64);
+  for (int i = 0; i < 64; ++i) spec.channel_scale[i] = std::pow(0.93, i);
+  spec.dtype = dtype;
+  return spec;
+}
+}  // namespace
+
+TEST(Calibration, Bf16MomentWithinNamedTolerancesOfFloat64) {
+  const auto cfg = cfg64();
+  const fs::path dir = tmpdir();
+  for (StoredType dtype : {StoredType::F32, StoredType::BF16}) {
+    const fs::path cap = dir / (dtype == StoredType::BF16 ? "mbf.h5" : "mf.h5");
+    write_synthetic_capture(cap.string(), cfg, decaying_spec(dtype));
+    const MatrixR want = exact_moment(cap, 9, 64, cfg.rms_norm_eps);
+    CalibrationOptions opt;
+    opt.captures = {cap.string()};
+    opt.moment = MomentMode::F64;
+    const auto ref = calibrate(cfg, gamma_one(cfg), "fp", opt);
+    opt.moment = MomentMode::BF16;
+    const auto bf = calibrate(cfg, gamma_one(cfg), "fp", opt);
+    const auto &R = ref.layers[0], &B = bf.layers[0];
+    const double scale = want.cwiseAbs().maxCoeff();
+    EXPECT_LT((R.second_moment - want).cwiseAbs().maxCoeff() / scale, 1e-13);  // the reference is exact
+    const double e = (B.second_moment - want).cwiseAbs().maxCoeff() / scale;
+    std::printf("bf16 moment, %s capture: max|dM|/max|M| %.3g, max|d lambda|/lambda_max %.3g\n", stored_type_name(dtype), e,
+                (B.eigenvalues - R.eigenvalues).cwiseAbs().maxCoeff() / R.eigenvalues(0));
+    EXPECT_LT(e, kBf16MomentRelTol) << stored_type_name(dtype);
+    EXPECT_GT(e, 1e-8) << "bf16 products are lossy: an exact result means the bf16 path did not run";
+    EXPECT_LT((B.eigenvalues - R.eigenvalues).cwiseAbs().maxCoeff() / R.eigenvalues(0), kBf16EigenRelTol);
+    for (int g : {2, 4, 8}) {
+      for (const auto& b : basis_names())
+        for (int k = 0; k < g; ++k)
+          EXPECT_NEAR(B.slices.at(g).at(b).f[k], R.slices.at(g).at(b).f[k], kBf16EnergyFractionTol) << g << b << k;
+      const int w = 64 / g;
+      double worst_sin = 0, worst_df = 0;
+      for (int k = 0; k < g; ++k) {
+        const double sn = subspace_sin(R.pca_basis.middleCols(k * w, w), B.pca_basis.middleCols(k * w, w));
+        worst_sin = std::max(worst_sin, sn);
+        for (const auto& b : basis_names())
+          worst_df = std::max(worst_df, std::fabs(B.slices.at(g).at(b).f[k] - R.slices.at(g).at(b).f[k]));
+        EXPECT_LT(sn, kBf16SubspaceSinTol) << "g=" << g << " slice " << k;
+      }
+      std::printf("  g=%d: max |df| %.3g, PCA slice subspace sin %.3g\n", g, worst_df, worst_sin);
+    }
+    EXPECT_NE(bf.second_moment_accumulation, ref.second_moment_accumulation);
+    // The portable path (sgemm of the same bfloat16 operands) agrees with the kernel.
+    SecondMoment::use_portable_bf16(true);
+    const auto port = calibrate(cfg, gamma_one(cfg), "fp", opt);
+    SecondMoment::use_portable_bf16(false);
+    EXPECT_LT((port.layers[0].second_moment - B.second_moment).cwiseAbs().maxCoeff() / scale, kPortableVsKernelTol);
+  }
+}
+
+TEST(Calibration, Bf16MomentKernelOnOddRowCountsAndLongSequences) {
+  // Odd token counts (the last pair half-empty), rows beyond one 4096-row block, d_c = 512.
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> nd;
+  for (auto [rows, d] : {std::pair<int64_t, int>{1, 512}, {7, 512}, {33, 96}, {4097, 64}}) {
+    std::vector<uint16_t> c(static_cast<std::size_t>(rows * d));
+    for (auto& v : c) v = round_bf16(nd(rng));
+    MatrixR want = MatrixR::Zero(d, d);
+    for (int64_t t = 0; t < rows; ++t) {
+      Eigen::RowVectorXd u(d);
+      for (int i = 0; i < d; ++i) u(i) = widen_bf16(c[static_cast<std::size_t>(t * d + i)]);
+      u /= std::sqrt(u.squaredNorm() / d + 1e-6);
+      want += u.transpose() * u;
+    }
+    SecondMoment m(d);
+    m.collect_bf16(c.data(), StoredType::BF16, rows, 1e-6);
+    EXPECT_EQ(m.count, rows);
+    const MatrixR got = m.finalize() * static_cast<double>(rows);
+    // Per entry: a sum of `rows` products each with a relative rounding <= 2^-9.
+    EXPECT_LT((got - want).cwiseAbs().maxCoeff(), 4.0 * std::ldexp(1.0, -9) * want.cwiseAbs().maxCoeff() + 1e-5)
+        << rows;
+  }
+}
+
+TEST(Calibration, Bf16SyntheticCaptureHoldsTheRoundedFloat32Values) {
+  const auto cfg = cfg64();
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 3; spec.seq_len = 16;
+  write_synthetic_capture((dir / "v32.h5").string(), cfg, spec);
+  spec.dtype = StoredType::BF16;
+  write_synthetic_capture((dir / "v16.h5").string(), cfg, spec);
+  auto a = io::h5::File::open_read(dir / "v32.h5"), b = io::h5::File::open_read(dir / "v16.h5");
+  for (const char* ds : {"calib/layer_00/latent", "calib/layer_00/k_pe"}) {
+    const auto x = a.root().open(ds).read_rows<float>(0, 3), y = b.root().open(ds).read_rows<float>(0, 3);
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(widen_bf16(round_bf16(x[i])), y[i]) << ds << " " << i;
+  }
+  // The file's type is the self-describing bfloat16 float type (2 bytes, 8-bit exponent).
+  StoredType t{};
+  const hid_t d = H5Dopen2(b.root().id(), "calib/layer_00/latent", H5P_DEFAULT);
+  const hid_t ft = H5Dget_type(d);
+  EXPECT_TRUE(classify_h5_float_type(ft, t));
+  EXPECT_EQ(t, StoredType::BF16);
+  EXPECT_EQ(H5Tget_size(ft), 2u);
+  H5Tclose(ft);
+  H5Dclose(d);
+}
+
+TEST(Calibration, ReadModesAndElementTypesGiveIdenticalOutput) {
+  // Direct, page-cache and H5Dread reads give byte-identical calib.h5, for float32 and
+  // bfloat16 captures.
+  auto cfg = cfg64();
+  cfg.num_hidden_layers = 2;
+  const fs::path dir = tmpdir();
+  for (StoredType dtype : {StoredType::F32, StoredType::BF16}) {
+    SyntheticCaptureSpec spec = decaying_spec(dtype);
+    spec.num_layers = 2;
+    const fs::path cap = dir / "modes.h5";
+    write_synthetic_capture(cap.string(), cfg, spec);
+    CalibrationOptions opt;
+    opt.captures = {cap.string()};
+    std::string first;
+    for (IoMode io : {IoMode::Direct, IoMode::Buffered, IoMode::Hdf5}) {
+      opt.io = io;
+      opt.prefetch_depth = io == IoMode::Buffered ? 1 : 3;
+      write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "modes_calib.h5").string());
+      const std::string got = slurp(dir / "modes_calib.h5");
+      if (first.empty()) first = got;
+      else EXPECT_EQ(got, first) << "io mode " << static_cast<int>(io) << ", " << stored_type_name(dtype);
+    }
+  }
+}
+
+TEST(Calibration, NonFiniteBf16ValueAndNonFloatDatasetAreNamed) {
+  const auto cfg = cfg64();
+  const fs::path dir = tmpdir();
+  auto make = [&](const fs::path& p, bool integer_latent) {
+    auto f = io::h5::File::create(p);
+    auto& r = f.root();
+    r.set_attr("schema", "mla-capture/1");
+    r.set_attr("num_layers", int64_t{1});
+    r.set_attr("hidden_size", cfg.hidden_size);
+    std::vector<int32_t> tok(4 * 16, 1);
+    r.write<int32_t>("calib/tokens", {4, 16}, tok.data());
+    auto g = r.require_group("calib/layer_00");
+    const hid_t bf = make_bf16_h5_type();
+    auto put = [&](const char* name, hsize_t w, float bad_at_s2_t5_c7) {
+      std::vector<uint16_t> v(4 * 16 * w, round_bf16(1.0f));
+      v[(2 * 16 + 5) * w + 7] = round_bf16(bad_at_s2_t5_c7);
+      hsize_t dims[3] = {4, 16, w}, chunk[3] = {1, 16, w};
+      const hid_t sp = H5Screate_simple(3, dims, nullptr), pl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_chunk(pl, 3, chunk);
+      const hid_t ds = H5Dcreate2(g.id(), name, bf, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+      H5Dwrite(ds, bf, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      H5Dclose(ds); H5Pclose(pl); H5Sclose(sp);
+    };
+    if (integer_latent) {
+      std::vector<int32_t> v(4 * 16 * 64, 1);
+      r.write<int32_t>("calib/layer_00/latent", {4, 16, 64}, v.data());
+    } else {
+      put("latent", 64, NAN);
+    }
+    put("k_pe", static_cast<hsize_t>(cfg.qk_rope_head_dim), 0.0f);
+    H5Tclose(bf);
+  };
+  make(dir / "bfnan.h5", false);
+  make(dir / "bfint.h5", true);
+  CalibrationOptions opt;
+  opt.allow_few_tokens = true;
+  for (IoMode io : {IoMode::Direct, IoMode::Hdf5}) {
+    opt.io = io;
+    opt.captures = {(dir / "bfnan.h5").string()};
+    try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+    catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("layer_00/latent sequence 2 token 5 column 7 is NaN"), std::string::npos) << m;
+    }
+  }
+  opt.captures = {(dir / "bfint.h5").string()};
+  try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
+  catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("bfint.h5"), std::string::npos) << m;
+    EXPECT_NE(m.find("/calib/layer_00/latent has element type integer"), std::string::npos) << m;
+  }
+}
+
+TEST(Calibration, CaptureReaderWidensBf16HiddenCaptures) {
+  // io::CaptureReader (verify-decode) reads a bfloat16 capture through HDF5's conversion.
+  const auto cfg = model::tiny_v2_config();
+  const fs::path dir = tmpdir();
+  SyntheticCaptureSpec spec;
+  spec.sequences = 2; spec.seq_len = 8; spec.latent = false;
+  write_synthetic_capture((dir / "h32.h5").string(), cfg, spec);
+  spec.dtype = StoredType::BF16;
+  write_synthetic_capture((dir / "h16.h5").string(), cfg, spec);
+  const io::CaptureReader a(dir / "h32.h5"), b(dir / "h16.h5");
+  const auto x = a.hidden("calib", 0, 1), y = b.hidden("calib", 0, 1);
+  ASSERT_EQ(x.size(), y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(widen_bf16(round_bf16(x[i])), y[i]) << i;
+}
+
+TEST(Calibration, FastFp4ObjectivesMatchTheLibrary) {
+  std::mt19937_64 rng(21);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(32 * 512);
+  for (auto& v : x) v = nd(rng);
+  for (int i = 0; i < 32; ++i) { x[i] = 0.0f; x[32 + i] = 1e-30f * nd(rng); x[64 + i] *= 1e4f; }  // zero, tiny, large groups
+  for (double c : {0.08, 0.1234, 0.156, 0.197, 0.32}) {
+    const double lib_r = quant::fp4_mx_sq_error(x.data(), x.size(), quant::Fp4ScaleRule::Round, static_cast<float>(c));
+    const double lib_c = quant::fp4_continuous_sq_error(x.data(), x.size(), c);
+    EXPECT_NEAR(fp4_round_sq_error(x.data(), x.size(), static_cast<float>(c)), lib_r, 1e-13 * lib_r) << c;
+    EXPECT_NEAR(fp4_continuous_sq_error_fast(x.data(), x.size(), c), lib_c, 1e-13 * lib_c) << c;
   }
 }

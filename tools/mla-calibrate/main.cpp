@@ -21,6 +21,9 @@ struct Options {
   std::string synth_out;
   int64_t synth_sequences = 4, synth_seq_len = 64, synth_layers = 1;
   bool synth_hidden = false;
+  std::string synth_dtype = "f32";
+  std::string moment = "bf16", io = "auto";
+  bool exact_moment = false;
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* what) {
@@ -53,7 +56,16 @@ int main(int argc, char** argv) {
   app.add_option("--pair-sequences", o.calib.pair_sequences, "sequences per part for mu/FP8 (8)");
   app.add_option("--queries", o.calib.queries_per_sequence, "query positions per such sequence (8)");
   app.add_option("--threads", o.calib.threads, "layers calibrated in parallel (0: all cores); output does not depend on it");
-  app.add_flag("--exact-moment", o.calib.exact_moment, "second moment in float64 (dsyrk, ~2x slower pass 1) instead of float32 blocks");
+  app.add_option("--moment", o.moment,
+                 "second-moment arithmetic: bf16 (default; bfloat16 products, float32 block sums, float64 total: "
+                 "AVX-512 BF16, ~2x f32), f32 (float32 ssyrk blocks), f64 (float64 dsyrk, exact)")
+      ->check(CLI::IsMember({"bf16", "f32", "f64"}));
+  app.add_flag("--exact-moment", o.exact_moment, "same as --moment f64");
+  app.add_option("--io", o.io,
+                 "how pass 1 reads the capture: auto (direct when the file is larger than half the RAM), direct "
+                 "(O_DIRECT), buffered (page cache), hdf5 (H5Dread)")
+      ->check(CLI::IsMember({"auto", "direct", "buffered", "hdf5"}));
+  app.add_option("--prefetch", o.calib.prefetch_depth, "sequences read ahead per layer worker (4)");
   app.add_flag("--mu-per-head", o.calib.mu_per_head, "also fit mu per head");
   app.add_option("--protect-first", o.calib.protect_first, "first n layers kept BF16 (1)");
   app.add_option("--protect-last", o.calib.protect_last, "last n layers kept BF16 (1)");
@@ -63,6 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--synthetic-seq-len", o.synth_seq_len, "");
   app.add_option("--synthetic-layers", o.synth_layers, "");
   app.add_flag("--synthetic-hidden", o.synth_hidden, "synthetic capture holds h instead of latent");
+  app.add_option("--capture-dtype", o.synth_dtype, "element type of the synthetic capture: f32 (default) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&]() {
     if (o.model.empty() == o.config.empty())
@@ -82,10 +96,18 @@ int main(int argc, char** argv) {
       mla::calib::SyntheticCaptureSpec spec;
       spec.sequences = o.synth_sequences; spec.seq_len = o.synth_seq_len;
       spec.num_layers = o.synth_layers; spec.latent = !o.synth_hidden;
+      spec.dtype = o.synth_dtype == "bf16" ? mla::calib::StoredType::BF16 : mla::calib::StoredType::F32;
       mla::calib::write_synthetic_capture(o.synth_out, cfg, spec);
       return 0;
     }
     o.calib.captures = o.activations;
+    o.calib.moment = o.exact_moment || o.moment == "f64" ? mla::calib::MomentMode::F64
+                     : o.moment == "f32"                 ? mla::calib::MomentMode::F32
+                                                         : mla::calib::MomentMode::BF16;
+    o.calib.io = o.io == "direct"     ? mla::calib::IoMode::Direct
+                 : o.io == "buffered" ? mla::calib::IoMode::Buffered
+                 : o.io == "hdf5"     ? mla::calib::IoMode::Hdf5
+                                      : mla::calib::IoMode::Auto;
     o.calib.groups.clear();
     for (int64_t g : parse_list(o.tp, "--tp")) o.calib.groups.push_back(static_cast<int>(g));
     if (!o.layers.empty()) o.calib.layers = parse_list(o.layers, "--layers");
