@@ -42,6 +42,7 @@ if [ "$MODE" = many ]; then
       run h16_l4k_mtp_v${v}_r$rep --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 --sq 2 --variant $v
     done
   done
+  for L in 4096 8192 32768; do run h16_l$((L / 1024))k_v0 $H16 --seqlen $L; done  # unchanged path, same run
   python3 -c "import json,glob; print(json.dumps({f.split('/')[-1][:-5]: json.load(open(f)) for f in sorted(glob.glob('/tmp/mla-json/*.json'))}, indent=1))" > "$OUT/bench.json"
   echo "=== summary ==="; grep -E "^decode|^pytorch" "$OUT/bench.log"
   exit 0
