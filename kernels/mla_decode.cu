@@ -875,10 +875,11 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
   }
 }
 
-// ---- v4 split kernel for > 16 query rows (many heads): wgmma (sm_90a), variant 8 ----
-// STATUS: experimental, not the default: ~1.7x faster than the mma.sync path at H=128 on an
-// H200, but 1-3 GPU test cases give wrong values or NaN when run after other cases in one
-// process (they pass alone and under compute-sanitizer): see docs/gpu-notes.md (v4).
+// ---- v4 split kernel for > 16 query rows (many heads): wgmma (sm_90a), the default ----
+// ~1.5x the mma.sync 64-row path at H=128 on an H200 (docs/gpu-notes.md, v4/v5). The TMA
+// descriptor comes from the workspace (a __grid_constant__ parameter was read stale) and the
+// launches use no programmatic dependent launch (with it, splits came back unwritten).
+// PIPE = true (variant 8, v5): S of tile i+1 overlapped with P.V of tile i; not faster.
 // A CTA = 2 consumer warpgroups + 1 producer warp, one 64-row block, the part's (request, tile)
 // run in 32-token tiles (the twin's tile: same online-softmax order). Shared memory holds Q
 // (64 x (d_c + d_r)) and a 3-stage ring of K tiles in the 128-byte-swizzled K-major layout
@@ -1417,8 +1418,8 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
   return m;
 }
 
-// The wgmma many-head path (> 16 rows): the default (pipelined, v5) for every variant but 1, 2 and
-// 7 (the mma.sync 64-row path) and 8 (v4: the same kernel without the pipeline). Needs d_c >= 128,
+// The wgmma many-head path (> 16 rows): the default (v4) for every variant but 1, 2 and 7 (the
+// mma.sync 64-row path); variant 8 = v5, the same kernel with the FA3-style pipeline. Needs d_c >= 128,
 // d_c + d_r a multiple of 32, and Q + 3 stages + exchange within 227 KB (d_r <= 64 at d_c = 512);
 // other shapes take the mma.sync path.
 bool use_wgmma(const quant::Bf16DecodeParams& p) {
@@ -1440,7 +1441,8 @@ void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int r
     set_smem(decode_split_v4_kernel<DC, false>);
     attr_set = true;
   }
-  auto kernel = p.variant == 8 ? decode_split_v4_kernel<DC, false> : decode_split_v4_kernel<DC, true>;
+  // Default: v4 (no pipeline); variant 8: v5, the FA3-style pipeline, not faster as measured (gpu-notes v5).
+  auto kernel = p.variant == 8 ? decode_split_v4_kernel<DC, true> : decode_split_v4_kernel<DC, false>;
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
          "split kernel (wgmma) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);

@@ -61,10 +61,11 @@ struct Bf16DecodeParams {
   // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
   // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
   // launch plainly; the others use programmatic dependent launches. > 16 rows: the default is
-  // the wgmma path (v5: TMA ring, S of tile i+1 overlapped with P.V of tile i) where the shape
+  // the wgmma path (v4: TMA ring, 2 consumer warpgroups; launched without PDL) where the shape
   // allows it (d_c >= 128, d_c + d_r a multiple of 32, d_r <= 64 at d_c = 512), else the v3
-  // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 8 = v4, the wgmma kernel
-  // without the pipeline. Every variant uses the same tiles and rounding points as the twin.
+  // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 8 = v5, the wgmma kernel
+  // with S of tile i+1 overlapped with P.V of tile i. Every variant uses the same tiles and
+  // rounding points as the twin.
   int variant = 0;
 };
 

@@ -195,8 +195,8 @@ TEST(DecodeGpu, ManyHeadsTwoRowBlocks) {
   REQUIRE_GPU();
   run_gpu_case({"H128 dc512 p64", {1, 65, 1000, 5000}, 1, 128, 512, 64, 64}, 102);
 }
-// The wgmma many-head path (the default for > 16 rows: v5, pipelined; variant 8 = v4, the same
-// kernel unpipelined): tails and page boundaries (NaN-poisoned page tails), the TPLA slice, MTP,
+// The wgmma many-head path (the default for > 16 rows: v4; variant 8 = v5, the same kernel
+// with S of tile i+1 overlapped with P.V of tile i): tails and page boundaries (NaN-poisoned page tails), the TPLA slice, MTP,
 // a partial row block, 64K, page 128 with 132 single-tile parts. These cases failed with v4's
 // tensor map passed as a __grid_constant__ parameter when run after other cases (stale map);
 // the map now lives in the workspace (docs/gpu-notes.md, v4/v5).
@@ -211,11 +211,11 @@ void wgmma_cases(int variant) {
   run_gpu_case({"wgmma sq2 H16 dc512", {1, 2, 64, 65, 1000}, 2, 16, 512, 64, 64, variant}, 104);
   run_gpu_case({"wgmma H128 dc512 dr64 one tile per part", {1, 2, 3}, 1, 128, 512, 64, 64, variant}, 139);
 }
-TEST(DecodeGpu, WgmmaManyHeadPathPipelined) {
+TEST(DecodeGpu, WgmmaManyHeadPathDefaultV4) {
   REQUIRE_GPU();
   wgmma_cases(0);
 }
-TEST(DecodeGpu, WgmmaManyHeadPathUnpipelinedV4) {
+TEST(DecodeGpu, WgmmaManyHeadPathPipelinedV5) {
   REQUIRE_GPU();
   wgmma_cases(8);
 }
