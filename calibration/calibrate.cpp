@@ -142,6 +142,7 @@ WorkerScratch& worker_scratch() {
 
 const char* moment_mode_name(MomentMode m) {
   switch (m) {
+    case MomentMode::Auto: return "auto";
     case MomentMode::BF16: return "bf16";
     case MomentMode::F32: return "f32";
     default: return "f64";
@@ -179,21 +180,6 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   res.num_heads = H;
   res.hadamard_seed = opt.hadamard_seed;
   res.holdout_fraction = opt.holdout_fraction;
-  switch (opt.moment) {
-    case MomentMode::F64: res.second_moment_accumulation = "float64 dsyrk"; break;
-    case MomentMode::F32:
-      res.second_moment_accumulation = "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) +
-                                       " rows, summed in float64";
-      break;
-    case MomentMode::BF16:
-      res.second_moment_accumulation =
-          "bfloat16 products c x bf16(c / rms(c)^2) (c rounded to bfloat16 first), float32 sums over blocks of " +
-          std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
-      if (!SecondMoment::bf16_kernel_available())
-        spdlog::warn("this CPU has no AVX-512 BF16: the bf16 second moment runs through float32 sgemm "
-                     "(same result to float32 rounding, ~4x slower than with avx512_bf16; --moment f32 is faster here)");
-      break;
-  }
   res.groups = opt.groups;
   int64_t fit_tokens = 0;
   std::vector<int64_t> n_hold;
@@ -222,6 +208,26 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     if (!opt.allow_few_tokens) throw InputError("mla-calibrate: " + msg);
     res.warnings.push_back(msg);
     spdlog::warn("{}", msg);
+  }
+  // The second-moment arithmetic (Auto resolved once, from the capture size and the CPU).
+  MomentMode moment = opt.moment;
+  if (moment == MomentMode::Auto)
+    moment = SecondMoment::bf16_kernel_available() && fit_tokens >= kAutoBf16Tokens ? MomentMode::BF16 : MomentMode::F32;
+  switch (moment) {
+    case MomentMode::F64: res.second_moment_accumulation = "float64 dsyrk"; break;
+    case MomentMode::F32:
+      res.second_moment_accumulation = "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) +
+                                       " rows, summed in float64";
+      break;
+    case MomentMode::BF16:
+      res.second_moment_accumulation =
+          "bfloat16 products c x bf16(c / rms(c)^2) (c rounded to bfloat16 first), float32 sums over blocks of " +
+          std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
+      if (!SecondMoment::bf16_kernel_available())
+        spdlog::warn("this CPU has no AVX-512 BF16: the bf16 second moment runs through float32 sgemm "
+                     "(same result to float32 rounding, ~4x slower than with avx512_bf16; --moment f32 is faster here)");
+      break;
+    default: break;
   }
   std::vector<int64_t> layers = opt.layers;
   const int64_t nl = caps[0]->info().num_layers;
@@ -288,7 +294,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     // Second-moment update from the latent rows c [T, d_c] of one sequence (float32, bfloat16
     // or, for hidden captures, float64 rows).
     auto accumulate = [&](const void* c, char kind /* 'f' float, 'h' bf16, 'd' double */, int64_t T, SecondMoment& m) {
-      if (opt.moment == MomentMode::BF16 && kind != 'd') {
+      if (moment == MomentMode::BF16 && kind != 'd') {
         m.collect_bf16(c, kind == 'h' ? StoredType::BF16 : StoredType::F32, T, cfg.rms_norm_eps);
         return;
       }
@@ -298,12 +304,12 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         const auto* h = static_cast<const uint16_t*>(c);
         for (std::size_t i = 0; i < cbuf.size(); ++i) cbuf[i] = widen_bf16(h[i]);
         cf = cbuf.data();
-      } else if (kind == 'd' && opt.moment == MomentMode::BF16) {
+      } else if (kind == 'd' && moment == MomentMode::BF16) {
         cbuf.assign(static_cast<const double*>(c), static_cast<const double*>(c) + T * dc);
         m.collect_bf16(cbuf.data(), StoredType::F32, T, cfg.rms_norm_eps);
         return;
       }
-      if (opt.moment == MomentMode::F64) {
+      if (moment == MomentMode::F64) {
         if (kind == 'd') normalise_rows_f(static_cast<const double*>(c), T, dc, cfg.rms_norm_eps, ubuf64);
         else normalise_rows_f(cf, T, dc, cfg.rms_norm_eps, ubuf64);
         m.collect(Eigen::Map<const MatrixR>(ubuf64.data(), T, dc));

@@ -25,10 +25,14 @@ namespace mla::calib {
 
 // How pass 1 forms the second moment of u = c / rms(c) (docs/calibration.md):
 //   BF16: bfloat16 products c x bf16(c / rms^2), float32 block sums, float64 total (AVX-512 BF16
-//         dot products; default: twice the float32 rate, measured error ~1e-5 of max|M|)
-//   F32:  float32 ssyrk of u on blocks of 4096 rows, float64 total (error ~1e-7)
-//   F64:  float64 dsyrk (exact to rounding; ~4x the BF16 time)
-enum class MomentMode { BF16, F32, F64 };
+//         dot products: twice the float32 rate; measured error ~1e-5 of max|M| at 1M tokens)
+//   F32:  float32 ssyrk of u on blocks of 4096 rows, float64 total (error ~2e-8)
+//   F64:  float64 dsyrk (exact to rounding; ~6x the BF16 time)
+//   Auto (default): BF16 when the CPU has AVX-512 BF16 and every layer has at least
+//         kAutoBf16Tokens fitting tokens (there the moment dominates the run time and the BF16
+//         rounding averages out over tokens), else F32.
+enum class MomentMode { Auto, BF16, F32, F64 };
+inline constexpr int64_t kAutoBf16Tokens = int64_t{1} << 18;
 const char* moment_mode_name(MomentMode m);
 
 struct CalibrationOptions {
@@ -45,7 +49,7 @@ struct CalibrationOptions {
   bool mu_per_head = false;
   int protect_first = 1, protect_last = 1; // layers kept BF16 at either end
   double protect_worst_fraction = 0.1;     // plus this fraction of worst FP4-MSE layers
-  MomentMode moment = MomentMode::BF16;    // second-moment arithmetic (pass 1)
+  MomentMode moment = MomentMode::Auto;    // second-moment arithmetic (pass 1)
   IoMode io = IoMode::Auto;                // how pass 1 reads latent/hidden rows (capture.hpp)
   int prefetch_depth = 4;                  // sequences read ahead per layer worker
   int64_t threads = 0;                     // layer worker threads; 0: all cores (min #layers)

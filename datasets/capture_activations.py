@@ -107,13 +107,54 @@ def decoder_layers(model):
     return base.layers
 
 
-def capture_group(torch, model, grp, toks, batch, device, reference):
+def bf16_h5_type():
+    """The self-describing HDF5 bfloat16 type of docs/formats/capture.md (sign 15, exponent 7..14
+    with bias 127, mantissa 0..6, little-endian), as mla-calibrate writes it."""
+    t = h5py.h5t.IEEE_F32LE.copy()
+    t.set_fields(15, 7, 8, 0, 7)
+    t.set_offset(0)
+    t.set_precision(16)
+    t.set_size(2)
+    t.set_ebias(127)
+    return t
+
+
+def to_bf16_bits(x):
+    """float32 array -> bfloat16 bits (round to nearest even; values are finite)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+class Bf16Dataset:
+    """[S, T, D] bfloat16 dataset chunked one sequence a chunk; `ds[s0:s1] = float32 array`."""
+
+    def __init__(self, grp, name, shape):
+        self.type = bf16_h5_type()
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((1,) + tuple(shape[1:]))
+        parent, leaf = name.rsplit("/", 1)
+        g = grp.require_group(parent)
+        self.id = h5py.h5d.create(g.id, leaf.encode(), self.type, h5py.h5s.create_simple(tuple(shape)), dcpl=dcpl)
+        self.shape = shape
+
+    def __setitem__(self, sl, value):
+        bits = to_bf16_bits(value)
+        fs = self.id.get_space()
+        fs.select_hyperslab((sl.start, 0, 0), bits.shape)
+        self.id.write(h5py.h5s.create_simple(bits.shape), fs, bits, mtype=self.type)
+
+
+def capture_group(torch, model, grp, toks, batch, device, reference, bf16=False):
     layers = decoder_layers(model)
     S, T = toks.shape
     D = model.config.hidden_size
     grp.create_dataset("tokens", data=toks.astype(np.int32))
-    hid = [grp.create_dataset(f"layer_{i:02d}/hidden", shape=(S, T, D), dtype="f4", chunks=(1, T, D))
-           for i in range(len(layers))]
+    # BF16 storage (--capture-dtype bf16) for /calib and /eval; /reference stays float32.
+    if bf16 and not reference:
+        hid = [Bf16Dataset(grp, f"layer_{i:02d}/hidden", (S, T, D)) for i in range(len(layers))]
+    else:
+        hid = [grp.create_dataset(f"layer_{i:02d}/hidden", shape=(S, T, D), dtype="f4", chunks=(1, T, D))
+               for i in range(len(layers))]
     att = [grp.create_dataset(f"layer_{i:02d}/attn_out", shape=(S, T, D), dtype="f4", chunks=(1, T, D))
            for i in range(len(layers))] if reference else []
     logits_ds = None
@@ -146,7 +187,7 @@ def load_model(model_dir, device):
     return torch, model.to(device).eval()
 
 
-def write_capture(model_dir, out_path, groups, device="cpu", batch=4, source=None, torch_model=None):
+def write_capture(model_dir, out_path, groups, device="cpu", batch=4, source=None, torch_model=None, bf16=False):
     """groups: list of (name, tokens [S, T] int64, source_path, reference: bool)."""
     torch, model = torch_model if torch_model else load_model(model_dir, device)
     cfg = model.config
@@ -178,7 +219,7 @@ def write_capture(model_dir, out_path, groups, device="cpu", batch=4, source=Non
                 g = f.create_group(name)
                 g.attrs["source_file"] = os.path.basename(path)
                 g.attrs["source_sha256"] = sha256_file(path)
-                capture_group(torch, model, g, toks, batch, device, reference)
+                capture_group(torch, model, g, toks, batch, device, reference, bf16=bf16)
         os.replace(tmp, out_path)
     except BaseException:
         if os.path.exists(tmp):
@@ -200,6 +241,9 @@ def main():
     ap.add_argument("--ref-seqs", type=int, default=0, help="R of /reference (taken from --eval)")
     ap.add_argument("--ref-len", type=int, default=64, help="T of /reference")
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--capture-dtype", choices=["f32", "bf16"], default="f32",
+                    help="storage of /calib and /eval hidden (bf16: the HDF5 bfloat16 type of "
+                         "docs/formats/capture.md, half the bytes; /reference stays float32)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
 
@@ -223,7 +267,8 @@ def main():
             groups.append(("reference", windows(ev, args.ref_seqs, args.ref_len, args.eval), args.eval, True))
     if not groups:
         raise SystemExit("capture: nothing to capture (set --calib-seqs, --eval-seqs or --ref-seqs)")
-    write_capture(args.model, args.out, groups, device=args.device, batch=args.batch)
+    write_capture(args.model, args.out, groups, device=args.device, batch=args.batch,
+                  bf16=args.capture_dtype == "bf16")
     print(f"capture: wrote {args.out}")
     return 0
 

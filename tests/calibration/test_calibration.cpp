@@ -321,10 +321,20 @@ TEST(Calibration, OutputDoesNotDependOnThreadCount) {
   CalibrationOptions opt;
   opt.captures = {(dir / "thr.h5").string()};
   opt.threads = 1;
-  write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "t1.h5").string());
+  const auto r1 = calibrate(cfg, gamma_one(cfg), "fp", opt);
+  // The default (auto) moment is float32 below kAutoBf16Tokens fitting tokens.
+  EXPECT_EQ(r1.second_moment_accumulation.rfind("float32 ssyrk", 0), 0u) << r1.second_moment_accumulation;
+  write_calib_h5(r1, (dir / "t1.h5").string());
   opt.threads = 2;
   write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "t2.h5").string());
   EXPECT_EQ(slurp(dir / "t1.h5"), slurp(dir / "t2.h5"));
+  opt.moment = MomentMode::BF16;  // and the BF16 path
+  opt.threads = 1;
+  write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "b1.h5").string());
+  opt.threads = 2;
+  write_calib_h5(calibrate(cfg, gamma_one(cfg), "fp", opt), (dir / "b2.h5").string());
+  EXPECT_EQ(slurp(dir / "b1.h5"), slurp(dir / "b2.h5"));
+  EXPECT_NE(slurp(dir / "b1.h5"), slurp(dir / "t1.h5"));
 }
 
 TEST(Calibration, InfInKPeIsNamed) {
@@ -446,9 +456,10 @@ double subspace_sin(const Eigen::MatrixXd& A, const Eigen::MatrixXd& B) {
 // The BF16 moment's tolerances on the test capture below (d_c = 64, 4608 fit tokens, channel
 // scales 0.93^i). Every product a_t b_t carries one zero-mean rounding of relative size
 // <= 2^-9 (b_t to bfloat16; a float32 capture rounds a_t too), so the error of an entry
-// averages down as 1/sqrt(tokens): measured 8e-5 of max|M| here on a float32 capture, 3e-6 on
-// the 1M-token BF16 V2-Lite capture (docs/calibration.md). The tolerances are ~3x the
-// measured values at this size.
+// averages down as 1/sqrt(tokens) when the rows differ: measured 8e-5 of max|M| here on a
+// float32 capture, 1.0-1.5e-5 on the 1M-token BF16 V2-Lite-shaped captures; rows that repeat
+// (tiny-v2 layer 0, a function of ~100 distinct bytes) do not average: 1.7e-3 there
+// (docs/calibration.md). The tolerances are 3-5x the values measured on this capture.
 constexpr double kBf16MomentRelTol = 2.5e-4;    // max|dM| / max|M|
 constexpr double kBf16EnergyFractionTol = 3e-5; // |df_k|, every g, basis, slice
 constexpr double kBf16EigenRelTol = 2.5e-4;     // max|d lambda| / lambda_max
@@ -573,6 +584,7 @@ TEST(Calibration, ReadModesAndElementTypesGiveIdenticalOutput) {
     write_synthetic_capture(cap.string(), cfg, spec);
     CalibrationOptions opt;
     opt.captures = {cap.string()};
+    opt.moment = MomentMode::BF16;
     std::string first;
     for (IoMode io : {IoMode::Direct, IoMode::Buffered, IoMode::Hdf5}) {
       opt.io = io;

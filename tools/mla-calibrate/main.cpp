@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include "calibration/calibrate.hpp"
@@ -22,7 +23,8 @@ struct Options {
   int64_t synth_sequences = 4, synth_seq_len = 64, synth_layers = 1;
   bool synth_hidden = false;
   std::string synth_dtype = "f32";
-  std::string moment = "bf16", io = "auto";
+  double synth_decay = 1.0;
+  std::string moment = "auto", io = "auto";
   bool exact_moment = false;
 };
 
@@ -57,9 +59,10 @@ int main(int argc, char** argv) {
   app.add_option("--queries", o.calib.queries_per_sequence, "query positions per such sequence (8)");
   app.add_option("--threads", o.calib.threads, "layers calibrated in parallel (0: all cores); output does not depend on it");
   app.add_option("--moment", o.moment,
-                 "second-moment arithmetic: bf16 (default; bfloat16 products, float32 block sums, float64 total: "
-                 "AVX-512 BF16, ~2x f32), f32 (float32 ssyrk blocks), f64 (float64 dsyrk, exact)")
-      ->check(CLI::IsMember({"bf16", "f32", "f64"}));
+                 "second-moment arithmetic: auto (default: bf16 with AVX-512 BF16 and >= 262144 fitting tokens, "
+                 "else f32), bf16 (bfloat16 products, float32 block sums, float64 total: ~2x f32), f32 (float32 "
+                 "ssyrk blocks), f64 (float64 dsyrk, exact)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32", "f64"}));
   app.add_flag("--exact-moment", o.exact_moment, "same as --moment f64");
   app.add_option("--io", o.io,
                  "how pass 1 reads the capture: auto (direct when the file is larger than half the RAM), direct "
@@ -77,6 +80,9 @@ int main(int argc, char** argv) {
   app.add_flag("--synthetic-hidden", o.synth_hidden, "synthetic capture holds h instead of latent");
   app.add_option("--capture-dtype", o.synth_dtype, "element type of the synthetic capture: f32 (default) or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--synthetic-channel-decay", o.synth_decay,
+                 "latent channel i gets standard deviation r^i (default 1: isotropic; PCA of isotropic data is "
+                 "ill-conditioned, a decaying spectrum is closer to real latents)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&]() {
     if (o.model.empty() == o.config.empty())
@@ -97,13 +103,16 @@ int main(int argc, char** argv) {
       spec.sequences = o.synth_sequences; spec.seq_len = o.synth_seq_len;
       spec.num_layers = o.synth_layers; spec.latent = !o.synth_hidden;
       spec.dtype = o.synth_dtype == "bf16" ? mla::calib::StoredType::BF16 : mla::calib::StoredType::F32;
+      if (o.synth_decay != 1.0)
+        for (int64_t i = 0; i < cfg.kv_lora_rank; ++i) spec.channel_scale.push_back(std::pow(o.synth_decay, static_cast<double>(i)));
       mla::calib::write_synthetic_capture(o.synth_out, cfg, spec);
       return 0;
     }
     o.calib.captures = o.activations;
     o.calib.moment = o.exact_moment || o.moment == "f64" ? mla::calib::MomentMode::F64
                      : o.moment == "f32"                 ? mla::calib::MomentMode::F32
-                                                         : mla::calib::MomentMode::BF16;
+                     : o.moment == "bf16"                ? mla::calib::MomentMode::BF16
+                                                         : mla::calib::MomentMode::Auto;
     o.calib.io = o.io == "direct"     ? mla::calib::IoMode::Direct
                  : o.io == "buffered" ? mla::calib::IoMode::Buffered
                  : o.io == "hdf5"     ? mla::calib::IoMode::Hdf5
