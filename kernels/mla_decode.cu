@@ -1255,6 +1255,297 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   }  // consumers
 }
 
+// ---- v6 split kernel for > 16 query rows: wgmma with 64-token tiles (the default) ----
+// FlashMLA's division of work instead of v4's split reduction: warpgroup 0 computes the whole
+// S = Q K^T of a 64-token tile (wgmma m64n64k16, Q and K from shared memory), runs the online
+// softmax and writes P (bf16, the wgmma K-major swizzled layout) and the per-row rescale factor
+// to shared memory; then both warpgroups issue O += P V for their half of the d_c output
+// columns (wgmma m64n(d_c/2)k16, A = P and B = V from shared memory) and do not wait for it:
+// warpgroup 0's S of the next tile queues behind the two P.V on the tensor cores. No fp32 S
+// exchange, two named barriers per 64 tokens. K tiles: 2-stage ring of one TMA box (64 columns
+// x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
+// Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
+constexpr int kV6BN = 64;
+constexpr int kV6Stages = 2;
+
+template <int DC>
+struct V6Cfg {
+  static constexpr int kNHalf = DC / 2;     // O columns per warpgroup
+  static constexpr int kOReg = kNHalf / 2;  // fp32 accumulators per thread
+  // 1 KB alignment slack, Q, the ring, P (64 x 64 bf16), 3 x 64 row floats, mbarriers.
+  static constexpr size_t smem_bytes(int dim) {
+    const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
+    return 1024 + nblk * 8192 + kV6Stages * nblk * 8192 + 8192 + 3 * 64 * 4 + 256;
+  }
+};
+
+template <int DC>
+__global__ void __launch_bounds__(kV4Threads, 1)
+    decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
+                           const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = V6Cfg<DC>;
+  constexpr int S = kV6Stages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* gbase = smem_raw + (base - raw);
+  const int dim = DC + p.d_r;
+  const int nblk = (dim + 63) / 64;
+  const int nk = dim / 16;
+  const uint32_t stage_bytes = nblk * 8192;
+  const uint32_t sQ = base;
+  const uint32_t sK = sQ + nblk * 8192;
+  const uint32_t sP = sK + S * stage_bytes;
+  float* sScale = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] alpha of the tile
+  float* sInvL = sScale + 64;                                            // [64] 1 / l (epilogue)
+  float* sLse = sInvL + 64;                                              // [64] (epilogue)
+  const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * (S + s), 8);  // every consumer warp releases
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  griddep_wait();
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+  const int row0 = blockIdx.y * 64;
+
+  if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      const CUtensorMap* map = kv_map;  // in the workspace, written by the scheduler kernel
+      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
+      int it = 0;
+      for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+        const int L = p.seqlens[b];
+        const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
+        const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+        for (int ti = t; ti < stop; ++ti, ++it) {
+          const int stage = it % S;
+          const int j0 = ti * kV6BN;
+          const int slot = j0 / p.page_size;
+          const int page = slot < p.max_pages ? ptab[slot] : -1;
+          const bool ok = page >= 0 && page < p.num_pages;
+          if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);  // tile skipped (zero keys), flagged
+          mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+          if (ok) {
+            const int row = page * p.page_size + j0 % p.page_size;
+            mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
+            const uint32_t dst = sK + stage * stage_bytes;
+            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * 8192, map, kb * 64, row, bar0 + 8 * stage);
+          } else {
+            mbar_arrive(bar0 + 8 * stage);
+          }
+        }
+      }
+    }
+    return;
+  }
+  // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp / 4, wiw = warp % 4;
+  const int g = lane / 4, tq = lane % 4;
+  const float scale_log2 = p.scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  int lrow[2], lim_off[2];  // this thread's two rows in the block, and their causal offsets
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lrow[h] = wiw * 16 + g + 8 * h;
+    const int tok = min((row0 + lrow[h]) / p.heads, p.s_q - 1);
+    lim_off[h] = p.s_q - 1 - tok;
+  }
+  const bf16* q = reinterpret_cast<const bf16*>(p.q);
+  const int cpr = dim / 8;  // 16-byte chunks per Q row
+  int split = in[4];
+  int it = 0;
+  for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
+    const int n_split = offsets[b + 1] - offsets[b];
+    named_bar_sync(1, 256);  // the previous segment is done with Q and the row floats
+    {
+      const bf16* qb = q + static_cast<size_t>(b) * rows * dim;
+      for (int c = threadIdx.x; c < 64 * cpr; c += 256) {
+        const int r = c / cpr, k = c - r * cpr;
+        const int gr = row0 + r;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (gr < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(gr) * dim + k * 8);
+        st_shared_v4(sQ + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
+      }
+      fence_proxy_async();
+      named_bar_sync(1, 256);
+    }
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};  // warpgroup 0 only
+    float acc[C::kOReg];
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
+    int pending = -1;  // tile counter of the stage this warp still has to release
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      const uint32_t tile = sK + stage * stage_bytes;
+      gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      if (pending >= 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar0 + 8 * (S + pending % S));
+        pending = -1;
+      }
+      float alpha[2] = {1.f, 1.f};
+      if (wg == 0) {
+        mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        const int j0 = ti * kV6BN;
+        const int slot = j0 / p.page_size;
+        const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
+        const int valid = (page >= 0 && page < p.num_pages) ? min(kV6BN, L - j0) : 0;
+        if (valid < kV6BN) {  // zero rows past L: NaN-poisoned page tails must not reach P.V
+          for (int c = threadIdx.x; c < nblk * kV6BN * 8; c += 128) {
+            const int r = (c >> 3) % kV6BN;
+            if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
+          }
+          fence_proxy_async();
+          named_bar_sync(2, 128);
+        }
+        float sv[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          sv[i] = 0.f;
+          gmma::fence_operand(sv[i]);
+        }
+        gmma::fence();
+        for (int kk = 0; kk < nk; ++kk) {
+          const uint32_t kb = kk * 32;
+          const uint64_t da = gmma_desc(sQ + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
+          const uint64_t db = gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
+          gmma::wgmma_ss_n64(sv, da, db);
+        }
+        gmma::commit();
+        gmma::wait<0>();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+        // scale into base 2, causal/length mask, online softmax (rows live in one quad)
+        float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int h = (i >> 1) & 1;
+          const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+          const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
+          sv[i] = x;
+          tmax[h] = fmaxf(tmax[h], x);
+        }
+        float m_use[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+          tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+          const float m_new = fmaxf(m_run[h], tmax[h]);
+          m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+          alpha[h] = exp2f(m_run[h] - m_use[h]);
+          m_run[h] = m_new;
+        }
+        float lsum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
+          lsum[(i >> 1) & 1] += pv;
+          sv[i] = pv;
+        }
+        l_run[0] = l_run[0] * alpha[0] + lsum[0];
+        l_run[1] = l_run[1] * alpha[1] + lsum[1];
+        named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = lrow[h];
+            const uint32_t v = pack_bf16(sv[n * 4 + 2 * h], sv[n * 4 + 2 * h + 1]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq), "r"(v)
+                         : "memory");
+          }
+        if (tq == 0) {
+          sScale[lrow[0]] = alpha[0];
+          sScale[lrow[1]] = alpha[1];
+        }
+        fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
+        named_bar_sync(4, 256);
+      } else {
+        named_bar_sync(3, 256);
+        named_bar_sync(4, 256);  // P, the row factors and the zeroed tail rows are visible
+        alpha[0] = sScale[lrow[0]];
+        alpha[1] = sScale[lrow[1]];
+      }
+      // ---- O = O * alpha + P V over this warpgroup's d_c / 2 columns; not waited for here ----
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      gmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t da = gmma_desc(sP + ks * 32, 16, 1024);
+        const uint64_t dv = gmma_desc(tile + wg * (DC / 128) * 8192 + ks * 2048, 8192, 1024);
+        if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
+        else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
+        else gmma::wgmma_ss_n64_tb(acc, da, dv);
+      }
+      gmma::commit();
+      pending = it;
+    }
+    // ---- epilogue ----
+    gmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+    if (pending >= 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + pending % S));
+    }
+    if (wg == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (tq == 0) {
+          sInvL[lrow[h]] = l > 0.f ? 1.f / l : 0.f;
+          sLse[lrow[h]] = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
+        }
+      }
+    }
+    named_bar_sync(5, 256);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + lrow[h];
+      if (r >= rows) continue;
+      const float inv = sInvL[lrow[h]];
+      const float lse = sLse[lrow[h]];
+      const int c0 = wg * C::kNHalf + 2 * tq;
+      if (n_split == 1) {
+        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + c0;
+#pragma unroll
+        for (int n = 0; n < C::kNHalf / 8; ++n)
+          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
+              __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+        if (wg == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+      } else {
+        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
+#pragma unroll
+        for (int n = 0; n < C::kNHalf / 8; ++n)
+          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+        if (wg == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+      }
+    }
+  }
+}
+
 // One block per (request, row): merges the request's splits by natural-log LSE, in fp32.
 __global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
                                       const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
@@ -1314,12 +1605,12 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
 }
 // Variants 0 (default), 3 (diagnostics), 4 (v3a: 1 CTA/SM x 5 stages) use programmatic dependent launches; 1, 2, 5 do not.
 bool use_wgmma(const quant::Bf16DecodeParams& p);
-// Programmatic dependent launches for variants 0 and 3..8, except on the wgmma path: there, with
+// Programmatic dependent launches for variants 0 and 3..6, except on the wgmma paths: there, with
 // PDL, requests with several splits (and second segments of a part) came back unwritten (NaN)
-// in every GPU test run; without it, 14/14 passed twice (docs/gpu-notes.md, v5; cause not found).
+// in every GPU test run; without it, all passed (docs/gpu-notes.md, "v4 fixed"; cause not found).
 bool use_pdl(const quant::Bf16DecodeParams& p) {
-  if (use_wgmma(p)) return false;
-  return p.variant == 0 || p.variant >= 3;
+  if (use_wgmma(p) || quant::decode_uses_v6(p)) return false;
+  return p.variant == 0 || (p.variant >= 3 && p.variant <= 6);
 }
 // Variant 6 (experiment, slower: docs/gpu-notes.md): <= 16 rows merge a request's splits inside
 // the v3 split kernel (the CTA finishing the last split), no combine launch.
@@ -1402,14 +1693,14 @@ EncodeTiledFn encode_tiled() {
   }
   return fn;
 }
-// The cache as a 2-D tensor [num_pages * page_size rows, d_c + d_r] bf16; box 64 columns x 32
-// tokens, 128-byte swizzle (the wgmma K-major layout); columns past d_c + d_r read as zeros.
-CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
+// The cache as a 2-D tensor [num_pages * page_size rows, d_c + d_r] bf16; box 64 columns x
+// box_rows tokens (the path's tile: 32 for v4/v5, 64 for v6), 128-byte swizzle (the wgmma K-major layout); columns past d_c + d_r read as zeros.
+CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
   CUtensorMap m;
   const cuuint64_t dim = static_cast<cuuint64_t>(p.d_c + p.d_r);
   const cuuint64_t gdim[2] = {dim, static_cast<cuuint64_t>(p.num_pages) * p.page_size};
   const cuuint64_t gstride[1] = {dim * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(kV4BN)};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t estr[2] = {1, 1};
   const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache), gdim,
                                     gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -1418,12 +1709,11 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p) {
   return m;
 }
 
-// The wgmma many-head path (> 16 rows): the default (v4) for every variant but 1, 2 and 7 (the
-// mma.sync 64-row path); variant 8 = v5, the same kernel with the FA3-style pipeline. Needs d_c >= 128,
-// d_c + d_r a multiple of 32, and Q + 3 stages + exchange within 227 KB (d_r <= 64 at d_c = 512);
-// other shapes take the mma.sync path.
+// The 32-token wgmma kernel (> 16 rows): variant 9 = v4, variant 8 = v5 (pipelined). Needs
+// d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages + exchange within 227 KB (d_r <= 64 at
+// d_c = 512); other shapes take the mma.sync path. The default is v6 (quant::decode_uses_v6).
 bool use_wgmma(const quant::Bf16DecodeParams& p) {
-  if (p.s_q * p.heads <= 16 || p.variant == 1 || p.variant == 2 || p.variant == 7 || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
+  if (p.s_q * p.heads <= 16 || (p.variant != 8 && p.variant != 9) || p.d_c < 128 || (p.d_c + p.d_r) % 32 != 0)
     return false;
   return V4Cfg<512>::smem_bytes(p.d_c + p.d_r) <= kV4MaxSmem;
 }
@@ -1441,7 +1731,7 @@ void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int r
     set_smem(decode_split_v4_kernel<DC, false>);
     attr_set = true;
   }
-  // Default: v4 (no pipeline); variant 8: v5, the FA3-style pipeline, not faster as measured (gpu-notes v5).
+  // Variant 9: v4 (no pipeline); variant 8: v5, the FA3-style pipeline (not faster, gpu-notes v5).
   auto kernel = p.variant == 8 ? decode_split_v4_kernel<DC, true> : decode_split_v4_kernel<DC, false>;
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
          "split kernel (wgmma) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
@@ -1449,9 +1739,24 @@ void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int r
 }
 
 template <int DC>
+void launch_split_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  using C = V6Cfg<DC>;
+  auto kernel = decode_split_v6_kernel<DC>;
+  static bool attr_set = false;
+  if (!attr_set) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
+               "cudaFuncSetAttribute(max dynamic shared memory, v6)");
+    attr_set = true;
+  }
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, false,
+         "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+}
+
+template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
-  const quant::DecodeTileConfig cfg = quant::decode_tile_config(p.s_q, p.heads);
-  // Must agree with quant::decode_tile_config (rows, tile tokens, CTAs per SM).
+  const quant::DecodeTileConfig cfg = quant::decode_tile_config_for(p);
+  // Must agree with quant::decode_tile_config_for (rows, tile tokens, CTAs per SM).
   if (cfg.rows_per_block == 16) {
     if (p.variant == 2)
       launch_split<DC, 1, 4, 32, 2, 2>(p, w, cfg.row_blocks, stream);  // v2: 4 warps, 2 CTAs/SM
@@ -1462,6 +1767,10 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStr
         launch_split_v3<DC, kV3Stages, 2>(p, w, stream);  // v3b: 2 CTAs/SM, 2-stage ring each
   } else {
     if constexpr (DC >= 128) {
+      if (quant::decode_uses_v6(p)) {
+        launch_split_v6<DC>(p, w, cfg.row_blocks, stream);  // wgmma, 64-token tiles (the default)
+        return;
+      }
       if (use_wgmma(p)) {
         launch_split_v4<DC>(p, w, cfg.row_blocks, stream);  // wgmma: 2 warpgroups + TMA producer
         return;
@@ -1503,8 +1812,8 @@ void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int 
 
 void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   quant::validate_decode_params(p_in);
-  if (p_in.variant < 0 || p_in.variant > 8)
-    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..8)");
+  if (p_in.variant < 0 || p_in.variant > 9)
+    throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..9)");
   Bf16DecodeParams p = p_in;
   if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
@@ -1512,13 +1821,13 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
     throw InputError("mla decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) +
                      " (need " + std::to_string(need) + " for this shape; see decode_workspace_bytes_for)");
   const Workspace w = carve(p);
-  const quant::DecodeTileConfig cfg = quant::decode_tile_config(p.s_q, p.heads);
+  const quant::DecodeTileConfig cfg = quant::decode_tile_config_for(p);
   if (p.variant == 1 || p.variant == 2)
     decode_schedule_legacy_kernel<<<1, 32, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
                                                          w.offsets);
-  else if (use_wgmma(p))  // the scheduler also writes the TMA descriptor into the workspace
+  else if (use_wgmma(p) || quant::decode_uses_v6(p))  // the scheduler also writes the TMA descriptor
     decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
-                                                             w.offsets, w.counts, make_kv_map(p), w.map);
+                                                             w.offsets, w.counts, make_kv_map(p, cfg.tile_tokens), w.map);
   else
     decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, cfg.tile_tokens, p.num_parts, w.info,
                                                              w.offsets, w.counts, CUtensorMap{}, nullptr);

@@ -61,11 +61,11 @@ struct Bf16DecodeParams {
   // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
   // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
   // launch plainly; the others use programmatic dependent launches. > 16 rows: the default is
-  // the wgmma path (v4: TMA ring, 2 consumer warpgroups; launched without PDL) where the shape
-  // allows it (d_c >= 128, d_c + d_r a multiple of 32, d_r <= 64 at d_c = 512), else the v3
-  // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 8 = v5, the wgmma kernel
-  // with S of tile i+1 overlapped with P.V of tile i. Every variant uses the same tiles and
-  // rounding points as the twin.
+  // the v6 wgmma path (64-token tiles; decode_uses_v6) where the shape allows it, else the v3
+  // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 9 = v4 (wgmma, 32-token
+  // tiles, two warpgroups splitting the S reduction), 8 = v5 (v4 with S of tile i+1 overlapped
+  // with P.V of tile i). The wgmma paths launch without programmatic dependent launch. Every
+  // variant uses the same rounding points as the twin, with the tile of decode_tile_config_for.
   int variant = 0;
 };
 
@@ -84,6 +84,21 @@ MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
   const int rows = s_q * heads;
   if (rows <= 16) return {16, 32, 1, 2};
   return {64, 32, (rows + 63) / 64, 1};
+}
+
+// Whether the GPU runs p on the v6 wgmma path (kernels/mla_decode.cu), whose tiles are 64 tokens:
+// more than 16 rows, d_c >= 128, d_c + d_r <= 576 (its shared-memory budget), and not one of the
+// comparison variants that keep 32-token tiles (1, 2, 7 = mma.sync; 8 = v5, 9 = v4).
+MLA_HD inline bool decode_uses_v6(const Bf16DecodeParams& p) {
+  const bool comparison = p.variant == 1 || p.variant == 2 || p.variant == 7 || p.variant == 8 || p.variant == 9;
+  return p.s_q * p.heads > 16 && p.d_c >= 128 && p.d_c + p.d_r <= 576 && !comparison;
+}
+// The tile configuration the GPU and the twin use for p: decode_tile_config, with 64-token tiles
+// on the v6 path.
+MLA_HD inline DecodeTileConfig decode_tile_config_for(const Bf16DecodeParams& p) {
+  DecodeTileConfig c = decode_tile_config(p.s_q, p.heads);
+  if (decode_uses_v6(p)) c.tile_tokens = 64;
+  return c;
 }
 
 // Cost (in tiles) charged per (part, request) segment for query load and epilogue.

@@ -195,8 +195,8 @@ TEST(DecodeGpu, ManyHeadsTwoRowBlocks) {
   REQUIRE_GPU();
   run_gpu_case({"H128 dc512 p64", {1, 65, 1000, 5000}, 1, 128, 512, 64, 64}, 102);
 }
-// The wgmma many-head path (the default for > 16 rows: v4; variant 8 = v5, the same kernel
-// with S of tile i+1 overlapped with P.V of tile i): tails and page boundaries (NaN-poisoned page tails), the TPLA slice, MTP,
+// The wgmma many-head paths: the default for > 16 rows (v6, 64-token tiles), variant 9 (v4,
+// 32-token tiles) and variant 8 (v5: v4 with S of tile i+1 overlapped with P.V of tile i): tails and page boundaries (NaN-poisoned page tails), the TPLA slice, MTP,
 // a partial row block, 64K, page 128 with 132 single-tile parts. These cases failed with v4's
 // tensor map passed as a __grid_constant__ parameter when run after other cases (stale map);
 // the map now lives in the workspace (docs/gpu-notes.md, v4/v5).
@@ -211,9 +211,13 @@ void wgmma_cases(int variant) {
   run_gpu_case({"wgmma sq2 H16 dc512", {1, 2, 64, 65, 1000}, 2, 16, 512, 64, 64, variant}, 104);
   run_gpu_case({"wgmma H128 dc512 dr64 one tile per part", {1, 2, 3}, 1, 128, 512, 64, 64, variant}, 139);
 }
-TEST(DecodeGpu, WgmmaManyHeadPathDefaultV4) {
+TEST(DecodeGpu, WgmmaManyHeadPathDefaultV6) {
   REQUIRE_GPU();
   wgmma_cases(0);
+}
+TEST(DecodeGpu, WgmmaManyHeadPathV4) {
+  REQUIRE_GPU();
+  wgmma_cases(9);
 }
 TEST(DecodeGpu, WgmmaManyHeadPathPipelinedV5) {
   REQUIRE_GPU();
@@ -225,7 +229,7 @@ TEST(DecodeGpu, Variant7IsTheMmaSyncManyHeadPath) {
 }
 TEST(DecodeGpu, WgmmaBadPageIdIsFlagged) {
   REQUIRE_GPU();
-  for (int variant : {0, 8}) {
+  for (int variant : {0, 8, 9}) {
     DecodeCase c = make_decode_case({200}, 1, 128, 512, 64, 64, 137);
     c.page_table[2] = kSentinelPage;
     DeviceCase d(c, 4);

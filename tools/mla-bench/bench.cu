@@ -221,7 +221,7 @@ std::string run_bench(const Options& o) {
   j["gbs"] = bytes / (us * 1e-6) / 1e9;
   j["tflops"] = flops / (us * 1e-6) / 1e12;
   j["parts"] = p.num_parts;
-  std::printf("decode%s B=%d H=%d s_q=%d d_c=%d d_r=%d L=%d%s%s page=%d: %.1f us, %.0f GB/s, %.1f TFLOP/s", o.variant == 2 ? "[v2]" : o.variant == 1 ? "[v3+v2sched]" : o.variant == 3 ? "[v3 diag]" : o.variant == 6 ? "[v3 fused merge]" : o.variant == 5 ? "[v3b 7a142ce]" : o.variant == 4 ? "[v3a 1CTA x 5 stages]" : o.variant == 7 ? "[v3 mma.sync 64-row]" : o.variant == 8 ? "[v5 wgmma pipelined]" : "", o.batch, o.heads,
+  std::printf("decode%s B=%d H=%d s_q=%d d_c=%d d_r=%d L=%d%s%s page=%d: %.1f us, %.0f GB/s, %.1f TFLOP/s", o.variant == 2 ? "[v2]" : o.variant == 1 ? "[v3+v2sched]" : o.variant == 3 ? "[v3 diag]" : o.variant == 6 ? "[v3 fused merge]" : o.variant == 5 ? "[v3b 7a142ce]" : o.variant == 4 ? "[v3a 1CTA x 5 stages]" : o.variant == 7 ? "[v3 mma.sync 64-row]" : o.variant == 8 ? "[v5 wgmma pipelined]" : o.variant == 9 ? "[v4 wgmma 32-token]" : "", o.batch, o.heads,
               o.s_q, o.d_c, o.d_r, o.seqlen, o.varied ? " (varied)" : "", o.sequential_pages ? " (sequential pages)" : "", o.page, us, j["gbs"].get<double>(),
               j["tflops"].get<double>());
   if (o.ceilings) {

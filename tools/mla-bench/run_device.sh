@@ -25,14 +25,14 @@ H16="--batch 128 --heads 16 --dc 512 --dr 64 --page 64"
 # 1 = v3b kernels + v2 scheduler; 2 = v2 as committed before v3. Variants 0, 5 and 2 run three
 # times each (separate processes, interleaved): run-to-run spread is several percent.
 # (Run before: v3a without PDL, pages in pool order: docs/gpu-notes.md.)
-# many: only the many-head shapes: the default (v5, pipelined wgmma) against v4 (variant 8, the
-# same kernel unpipelined) and the v3 mma.sync 64-row path (variant 7), interleaved.
+# many: only the many-head shapes: the default (v6, wgmma with 64-token tiles) against v4
+# (variant 9, wgmma with 32-token tiles) and the v3 mma.sync 64-row path (variant 7), interleaved.
 if [ "$MODE" = many ]; then
   # second GPU-test pass in the same process set: the v4 failures were history-dependent
   timeout 240 /tmp/b/tests/kernels/test_kernels_decode_gpu --gtest_repeat=2 > "$OUT/gpu_test_repeat.log" 2>&1
   echo "gpu test x2 rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$OUT/gpu_test_repeat.log" | sort | uniq -c
   for rep in 1 2; do
-    for v in 0 8 7; do
+    for v in 0 9 7; do
       tb=""; [ $v = 0 ] && [ $rep = 1 ] && tb="--torch-baseline"
       run h128_l8k_v${v}_r$rep --batch 128 --heads 128 --dc 512 --dr 64 --seqlen 8192 --page 64 --variant $v $tb
       run tpla_h128_dc256_l8k_v${v}_r$rep  --batch 128 --heads 128 --dc 256 --dr 64 --seqlen 8192 --page 64 --variant $v
