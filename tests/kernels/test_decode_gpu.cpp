@@ -98,7 +98,9 @@ void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
   EXPECT_LT(m_ref.cos_diff, kCosDiffTol) << "vs reference: " << m_ref.summary();
   EXPECT_LT(lse_max_abs_diff(gpu_lse, ref.lse), kLseAbsTol);
 
-  quant::decode_twin_bf16(c.host_params(parts));  // same split points as the GPU
+  quant::Bf16DecodeParams twin_p = c.host_params(parts);  // same split points and tile as the GPU
+  twin_p.variant = s.variant;
+  quant::decode_twin_bf16(twin_p);
   const auto m_twin = model::compare(bf16_to_f64(gpu_out), bf16_to_f64(c.out));
   EXPECT_TRUE(m_twin.nonfinite_match) << "vs twin: " << m_twin.summary();
   EXPECT_LT(m_twin.rel_l2, kTwinRelL2Tol) << "vs twin: " << m_twin.summary();
