@@ -875,8 +875,9 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
   }
 }
 
-// ---- v4 split kernel for > 16 query rows (many heads): wgmma (sm_90a), the default ----
-// ~1.5x the mma.sync 64-row path at H=128 on an H200 (docs/gpu-notes.md, v4/v5). The TMA
+// ---- v4 split kernel for > 16 query rows (many heads): wgmma (sm_90a), variant 9 ----
+// ~1.5x the mma.sync 64-row path at H=128 on an H200 (docs/gpu-notes.md, v4/v5); v6 below
+// (64-token tiles) is the default and ~1.8x faster again. The TMA
 // descriptor comes from the workspace (a __grid_constant__ parameter was read stale) and the
 // launches use no programmatic dependent launch (with it, splits came back unwritten).
 // PIPE = true (variant 8, v5): S of tile i+1 overlapped with P.V of tile i; not faster.

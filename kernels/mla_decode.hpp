@@ -1,6 +1,7 @@
 #pragma once
 // BF16 paged absorbed-MLA decode on Hopper (sm_90a): device-side split-KV scheduler, split
-// kernel (mma.sync m16n8k16 bf16 + cp.async multi-stage pipeline), LSE combine kernel.
+// kernel (<= 16 query rows: mma.sync with a bulk-copy producer ring; more rows: wgmma with a TMA
+// ring and 64-token tiles, v6), LSE combine kernel.
 // The parameter block, the math, the causal rule for s_q = 2, the rounding points and the
 // schedule are documented in quant/decode_twin_bf16.hpp (shared with the CPU twin).
 //
