@@ -1547,6 +1547,246 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   }
 }
 
+// ---- v7 split kernel: > 64 query rows at d_c <= 256 (TPLA slices), 128-row blocks ----
+// Each consumer warpgroup owns 64 rows and the whole d_c (O: 64 x d_c fp32 in registers), so
+// the two warpgroups never exchange anything: each runs S = Q K^T (wgmma m64n64k16 from shared
+// memory), the online softmax, and O += P V with P from registers (wgmma m64n(d_c)k16, V
+// MN-major) on the same K tile; while one runs its softmax the other's wgmmas keep the tensor
+// cores busy. One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
+// its half-size cache once instead of once per 64-row block (v6). Tile 64 as v6 and the twin.
+constexpr int kV7Stages = 3;
+
+template <int DC>
+struct V7Cfg {
+  static constexpr int kOReg = DC / 2;  // fp32 accumulators per thread: 64 x DC / 128
+  // 1 KB alignment slack, Q (two 64-row halves), the ring, mbarriers.
+  static constexpr size_t smem_bytes(int dim) {
+    const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
+    return 1024 + 2 * nblk * 8192 + kV7Stages * nblk * 8192 + 256;
+  }
+};
+
+template <int DC>
+__global__ void __launch_bounds__(kV4Threads, 1)
+    decode_split_v7_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
+                           const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = V7Cfg<DC>;
+  constexpr int S = kV7Stages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const int dim = DC + p.d_r;
+  const int nblk = (dim + 63) / 64;
+  const int nk = dim / 16;
+  const uint32_t stage_bytes = nblk * 8192;
+  const uint32_t sQ = base;  // warpgroup w's 64 rows at sQ + w * nblk * 8192
+  const uint32_t sK = sQ + 2 * nblk * 8192;
+  const uint32_t bar0 = sK + S * stage_bytes;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * (S + s), 8);  // every consumer warp releases
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  griddep_wait();
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+  const int row0 = blockIdx.y * 128;
+
+  if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads (as v6) ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      const CUtensorMap* map = kv_map;
+      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
+      int it = 0;
+      for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+        const int L = p.seqlens[b];
+        const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
+        const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+        for (int ti = t; ti < stop; ++ti, ++it) {
+          const int stage = it % S;
+          const int j0 = ti * kV6BN;
+          const int slot = j0 / p.page_size;
+          const int page = slot < p.max_pages ? ptab[slot] : -1;
+          const bool ok = page >= 0 && page < p.num_pages;
+          if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
+          mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+          if (ok) {
+            const int row = page * p.page_size + j0 % p.page_size;
+            mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
+            const uint32_t dst = sK + stage * stage_bytes;
+            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * 8192, map, kb * 64, row, bar0 + 8 * stage);
+          } else {
+            mbar_arrive(bar0 + 8 * stage);
+          }
+        }
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp / 4, wiw = warp % 4, tid = threadIdx.x % 128;
+  const int g = lane / 4, tq = lane % 4;
+  const float scale_log2 = p.scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const uint32_t myQ = sQ + wg * nblk * 8192;
+  const int wrow0 = row0 + wg * 64;  // this warpgroup's first row
+  int my_row[2], lim_off[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    my_row[h] = wrow0 + wiw * 16 + g + 8 * h;
+    const int tok = min(my_row[h] / p.heads, p.s_q - 1);
+    lim_off[h] = p.s_q - 1 - tok;
+  }
+  const bf16* q = reinterpret_cast<const bf16*>(p.q);
+  const int cpr = dim / 8;
+  int split = in[4];
+  int it = 0;
+  for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
+    const int n_split = offsets[b + 1] - offsets[b];
+    {  // this warpgroup's Q rows (its previous S is complete: waited for below)
+      const bf16* qb = q + static_cast<size_t>(b) * rows * dim;
+      for (int c = tid; c < 64 * cpr; c += 128) {
+        const int r = c / cpr, k = c - r * cpr;
+        const int gr = wrow0 + r;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (gr < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(gr) * dim + k * 8);
+        st_shared_v4(myQ + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
+      }
+      fence_proxy_async();
+      named_bar_sync(1 + wg, 128);
+    }
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
+    float acc[C::kOReg];
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      const uint32_t tile = sK + stage * stage_bytes;
+      mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+      const int j0 = ti * kV6BN;
+      const int slot = j0 / p.page_size;
+      const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
+      const int valid = (page >= 0 && page < p.num_pages) ? min(kV6BN, L - j0) : 0;
+      if (valid < kV6BN) {  // both warpgroups see the same valid: zero rows past L together
+        for (int c = threadIdx.x; c < nblk * kV6BN * 8; c += 256) {
+          const int r = (c >> 3) % kV6BN;
+          if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
+        }
+        fence_proxy_async();
+        named_bar_sync(3, 256);
+      }
+      float sv[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        sv[i] = 0.f;
+        gmma::fence_operand(sv[i]);
+      }
+      gmma::fence();
+      for (int kk = 0; kk < nk; ++kk) {
+        const uint32_t kb = kk * 32;
+        const uint64_t da = gmma_desc(myQ + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
+        const uint64_t db = gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
+        gmma::wgmma_ss_n64(sv, da, db);
+      }
+      gmma::commit();
+      gmma::wait<0>();
+#pragma unroll
+      for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+      float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i >> 1) & 1;
+        const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+        const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
+        sv[i] = x;
+        tmax[h] = fmaxf(tmax[h], x);
+      }
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+        const float m_new = fmaxf(m_run[h], tmax[h]);
+        m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+        alpha[h] = exp2f(m_run[h] - m_use[h]);
+        m_run[h] = m_new;
+      }
+      float lsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
+        lsum[(i >> 1) & 1] += pv;
+        sv[i] = pv;
+      }
+      l_run[0] = l_run[0] * alpha[0] + lsum[0];
+      l_run[1] = l_run[1] * alpha[1] + lsum[1];
+      uint32_t pa[4][4];  // P as wgmma A fragments, one per 16-token k-step
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const int n0 = 2 * ks, n1 = 2 * ks + 1;
+        pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+        pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+        pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+        pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
+      }
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      gmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t dv = gmma_desc(tile + ks * 2048, 8192, 1024);
+        if constexpr (DC == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
+        else gmma::wgmma_rs_n128(acc, pa[ks], dv);
+      }
+      gmma::commit();
+      gmma::wait<0>();
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + stage));
+    }
+    // ---- epilogue: this warpgroup's rows, all d_c columns ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      const int r = my_row[h];
+      if (r >= rows) continue;
+      const float l = l_run[h];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
+      const int c0 = 2 * tq;
+      if (n_split == 1) {
+        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + c0;
+#pragma unroll
+        for (int n = 0; n < DC / 8; ++n)
+          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
+              __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+        if (tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+      } else {
+        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
+#pragma unroll
+        for (int n = 0; n < DC / 8; ++n)
+          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+        if (tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+      }
+    }
+  }
+}
+
 // One block per (request, row): merges the request's splits by natural-log LSE, in fp32.
 __global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
                                       const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
@@ -1755,6 +1995,21 @@ void launch_split_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int r
 }
 
 template <int DC>
+void launch_split_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  using C = V7Cfg<DC>;
+  auto kernel = decode_split_v7_kernel<DC>;
+  static bool attr_set = false;
+  if (!attr_set) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
+               "cudaFuncSetAttribute(max dynamic shared memory, v7)");
+    attr_set = true;
+  }
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, false,
+         "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+}
+
+template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   const quant::DecodeTileConfig cfg = quant::decode_tile_config_for(p);
   // Must agree with quant::decode_tile_config_for (rows, tile tokens, CTAs per SM).
@@ -1768,6 +2023,12 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStr
         launch_split_v3<DC, kV3Stages, 2>(p, w, stream);  // v3b: 2 CTAs/SM, 2-stage ring each
   } else {
     if constexpr (DC >= 128) {
+      if constexpr (DC <= 256) {
+        if (quant::decode_uses_v7(p)) {
+          launch_split_v7<DC>(p, w, cfg.row_blocks, stream);  // wgmma, 128-row blocks (TPLA slices)
+          return;
+        }
+      }
       if (quant::decode_uses_v6(p)) {
         launch_split_v6<DC>(p, w, cfg.row_blocks, stream);  // wgmma, 64-token tiles (the default)
         return;
@@ -1783,15 +2044,19 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStr
 
 }  // namespace
 
-int decode_parts_for_device(int s_q, int heads) {
+namespace {
+int sm_count() {
   int dev = 0, sms = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
-  return quant::decode_default_parts(sms, s_q, heads);
+  return sms;
 }
+}  // namespace
+int decode_parts_for_device(int s_q, int heads) { return quant::decode_default_parts(sm_count(), s_q, heads); }
+int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts_for(sm_count(), p); }
 
 size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
-  const int parts = p.num_parts > 0 ? p.num_parts : decode_parts_for_device(p.s_q, p.heads);
+  const int parts = p.num_parts > 0 ? p.num_parts : decode_parts_for_device(p);
   return quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
 }
 
@@ -1816,7 +2081,7 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   if (p_in.variant < 0 || p_in.variant > 9)
     throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: 0..9)");
   Bf16DecodeParams p = p_in;
-  if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p.s_q, p.heads);
+  if (p.num_parts == 0) p.num_parts = decode_parts_for_device(p);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
   if (p.workspace == nullptr || p.workspace_bytes < need)
     throw InputError("mla decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) +

@@ -93,11 +93,20 @@ MLA_HD inline bool decode_uses_v6(const Bf16DecodeParams& p) {
   const bool comparison = p.variant == 1 || p.variant == 2 || p.variant == 7 || p.variant == 8 || p.variant == 9;
   return p.s_q * p.heads > 16 && p.d_c >= 128 && p.d_c + p.d_r <= 576 && !comparison;
 }
+// Within the v6 path: more than 64 rows at d_c <= 256 (TPLA slices) run v7, 128-row blocks whose
+// two warpgroups each own 64 rows and the whole d_c (one K tile feeds 128 rows).
+MLA_HD inline bool decode_uses_v7(const Bf16DecodeParams& p) {
+  return decode_uses_v6(p) && p.d_c <= 256 && p.d_c + p.d_r <= 320 && p.s_q * p.heads > 64;  // 320: smem
+}
 // The tile configuration the GPU and the twin use for p: decode_tile_config, with 64-token tiles
-// on the v6 path.
+// on the v6 path and 128-row blocks on v7.
 MLA_HD inline DecodeTileConfig decode_tile_config_for(const Bf16DecodeParams& p) {
   DecodeTileConfig c = decode_tile_config(p.s_q, p.heads);
   if (decode_uses_v6(p)) c.tile_tokens = 64;
+  if (decode_uses_v7(p)) {
+    c.rows_per_block = 128;
+    c.row_blocks = (p.s_q * p.heads + 127) / 128;
+  }
   return c;
 }
 
@@ -205,6 +214,13 @@ inline int decode_default_parts(int sm_count, int s_q, int heads) {
   return parts > 0 ? parts : 1;
 }
 
+// The same for p's path (decode_tile_config_for: v7 has fewer, larger row blocks).
+inline int decode_default_parts_for(int sm_count, const Bf16DecodeParams& p) {
+  const DecodeTileConfig c = decode_tile_config_for(p);
+  const int parts = sm_count * c.ctas_per_sm / c.row_blocks;
+  return parts > 0 ? parts : 1;
+}
+
 // Upper bound on splits: each of the num_parts - 1 part boundaries cuts at most one request.
 inline int decode_max_splits(int batch, int num_parts) { return batch + num_parts; }
 
@@ -216,7 +232,7 @@ size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_pa
 void validate_decode_params(const Bf16DecodeParams& p);
 
 // The CPU twin: same signature as the kernel's host function, on host buffers. Uses
-// p.num_parts (0: decode_default_parts(132, ...), an H100/H200's SM count) so its split
+// p.num_parts (0: decode_default_parts_for(132, p), an H100/H200's SM count) so its split
 // points equal the kernel's for the same num_parts. Throws InputError on bad params and on
 // an out-of-range page id that a request needs.
 void decode_twin_bf16(const Bf16DecodeParams& p);

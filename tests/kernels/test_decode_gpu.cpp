@@ -82,7 +82,9 @@ struct GpuCaseSpec {
 void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
   SCOPED_TRACE(s.name);
   DecodeCase c = make_decode_case(s.seqlens, s.s_q, s.heads, s.d_c, s.d_r, s.page_size, seed);
-  const int parts = kernels::decode_parts_for_device(s.s_q, s.heads);
+  quant::Bf16DecodeParams shape = c.host_params(0);
+  shape.variant = s.variant;
+  const int parts = kernels::decode_parts_for_device(shape);  // the path's own default
   DeviceCase d(c, parts);
   d.p.variant = s.variant;
   kernels::mla_decode_bf16(d.p, nullptr);
@@ -212,6 +214,10 @@ void wgmma_cases(int variant) {
   run_gpu_case({"wgmma H64 dc256 p128", {129, 3000, 127}, 1, 64, 256, 64, 128, variant}, 103);
   run_gpu_case({"wgmma sq2 H16 dc512", {1, 2, 64, 65, 1000}, 2, 16, 512, 64, 64, variant}, 104);
   run_gpu_case({"wgmma H128 dc512 dr64 one tile per part", {1, 2, 3}, 1, 128, 512, 64, 64, variant}, 139);
+  // 128-row blocks (v7 in the default: > 64 rows at d_c <= 256): partial block, MTP, two blocks
+  run_gpu_case({"wgmma H80 dc256 (partial 128-row block)", {300, 64, 1}, 1, 80, 256, 64, 64, variant}, 140);
+  run_gpu_case({"wgmma sq2 H64 dc256 (128 rows, MTP)", {2, 129, 1000}, 2, 64, 256, 64, 64, variant}, 141);
+  run_gpu_case({"wgmma sq2 H128 dc128 dr32 (two 128-row blocks)", {65, 700}, 2, 128, 128, 32, 128, variant}, 142);
 }
 TEST(DecodeGpu, WgmmaManyHeadPathDefaultV6) {
   REQUIRE_GPU();

@@ -191,7 +191,7 @@ std::string run_bench(const Options& o) {
   // v2 ran <= 16 rows with two CTAs per SM (2 * SMs parts, as v3b does); v3a with one (SMs parts).
   if (o.variant == 2 && o.s_q * o.heads <= 16) p.num_parts = 2 * prop.multiProcessorCount;
   if (o.variant == 4 && o.s_q * o.heads <= 16) p.num_parts = prop.multiProcessorCount;
-  p.num_parts = p.num_parts > 0 ? p.num_parts : kernels::decode_parts_for_device(o.s_q, o.heads);
+  p.num_parts = p.num_parts > 0 ? p.num_parts : kernels::decode_parts_for_device(p);
   const size_t ws_bytes = kernels::decode_workspace_bytes_for(p);
   Dev ws(ws_bytes);
   p.workspace = ws.p;
