@@ -929,6 +929,169 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
                : "memory");
 }
 
+
+// ---- shared pieces of the wgmma paths (v4/v5, v6, v7) ----
+// The full/empty mbarrier ring of the wgmma paths (full[s] at bar0 + 8 s: the producer's arrive
+// + TMA bytes; empty[s] at bar0 + 8 (S + s): one arrive per consumer warp), initialised by
+// thread 0 before any thread uses it; then waits for the schedule (the previous kernel).
+__device__ __forceinline__ void init_ring(uint32_t bar0, int stages) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(bar0 + 8 * s, 1);
+      mbar_init(bar0 + 8 * (stages + s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  griddep_wait();
+}
+// The producer thread: walks the part's (request, tile) run and loads each BN-token tile with
+// one TMA box (64 columns x BN tokens) per 64-column block into an S-stage full/empty mbarrier
+// ring; a tile with a bad page id completes its stage without data (the consumers zero it) and
+// is flagged. The map lives in the workspace, written by the scheduler kernel (complete since
+// griddep_wait): it is acquired into the tensormap proxy before the first TMA.
+template <int BN, int S>
+__device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMap* map, const int32_t* in,
+                              uint32_t sK, uint32_t stage_bytes, int nblk, uint32_t bar0) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
+  const int end_b = in[2], end_t = in[3];
+  int it = 0;
+  for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, BN);
+    const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      const int j0 = ti * BN;
+      const int slot = j0 / p.page_size;
+      const int page = slot < p.max_pages ? ptab[slot] : -1;
+      const bool ok = page >= 0 && page < p.num_pages;
+      if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
+      mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+      if (ok) {
+        const int row = page * p.page_size + j0 % p.page_size;
+        mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
+        const uint32_t dst = sK + stage * stage_bytes;
+        for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * BN * 128, map, kb * 64, row, bar0 + 8 * stage);
+      } else {
+        mbar_arrive(bar0 + 8 * stage);
+      }
+    }
+  }
+}
+// Rows of tile ti (BN tokens) that hold cache data: 0 for a bad page id (the producer's rule).
+template <int BN>
+__device__ __forceinline__ int tile_valid_rows(const quant::Bf16DecodeParams& p, int b, int L, int ti) {
+  const int j0 = ti * BN;
+  const int slot = j0 / p.page_size;
+  const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
+  return (page >= 0 && page < p.num_pages) ? min(BN, L - j0) : 0;
+}
+// Zeroes the rows >= valid of a stage (nblk blocks of BN rows x 128 B) with `threads` threads
+// (thread index `t`): pages past L may hold NaN, which must not reach P.V. Makes the stores
+// visible to wgmma (async proxy); the caller's barrier publishes them.
+template <int BN>
+__device__ __forceinline__ void zero_tail_rows(uint32_t tile, int valid, int nblk, int t, int threads) {
+  for (int c = t; c < nblk * BN * 8; c += threads) {
+    const int r = (c >> 3) % BN;
+    if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
+  }
+  fence_proxy_async();
+}
+// Q rows [rbase, rbase + 64) of request b into the 128-byte-swizzled K-major layout at dst
+// (64-column blocks of 64 rows x 128 B), rows past `rows` as zeros; `threads` threads.
+__device__ __forceinline__ void load_q_rows(const quant::Bf16DecodeParams& p, int b, int rbase, uint32_t dst, int t,
+                                            int threads) {
+  const int dim = p.d_c + p.d_r, rows = p.s_q * p.heads, cpr = dim / 8;
+  const bf16* qb = reinterpret_cast<const bf16*>(p.q) + static_cast<size_t>(b) * rows * dim;
+  for (int c = t; c < 64 * cpr; c += threads) {
+    const int r = c / cpr, k = c - r * cpr;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (rbase + r < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(rbase + r) * dim + k * 8);
+    st_shared_v4(dst + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
+  }
+  fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
+}
+// S = Q K^T for one 64-token tile, completed: 64 query rows at sq, the tile's 64 keys at tile
+// (both 128-byte-swizzled K-major blocks of 8 KB), nk k-steps of 16, wgmma m64n64k16.
+__device__ __forceinline__ void compute_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    sv[i] = 0.f;
+    gmma::fence_operand(sv[i]);
+  }
+  gmma::fence();
+  for (int kk = 0; kk < nk; ++kk) {
+    const uint32_t kb = kk * 32;  // byte column: block kb / 128, 32-byte step within it
+    gmma::wgmma_ss_n64(sv, gmma_desc(sq + (kb >> 7) * 8192 + (kb & 127), 16, 1024),
+                       gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024));
+  }
+  gmma::commit();
+  gmma::wait<0>();
+#pragma unroll
+  for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+}
+// Online softmax of one tile of S held as NV accumulators (wgmma m64n(NV/2) layout: this
+// thread's rows g and g + 8 of its warp's 16, columns 8 n + 2 tq + {0, 1}, tile columns from
+// token j0): scale into base 2, causal/length mask, running max/sum update (rows live in one
+// quad); sv becomes P (fp32), alpha the factor for O.
+template <int NV>
+__device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, const int (&lim_off)[2], int tq,
+                                             float scale_log2, float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int h = (i >> 1) & 1;
+    const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+    const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
+    sv[i] = x;
+    tmax[h] = fmaxf(tmax[h], x);
+  }
+  float m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    const float m_new = fmaxf(m_run[h], tmax[h]);
+    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+    alpha[h] = exp2f(m_run[h] - m_use[h]);
+    m_run[h] = m_new;
+  }
+  float lsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
+    lsum[(i >> 1) & 1] += pv;
+    sv[i] = pv;
+  }
+  l_run[0] = l_run[0] * alpha[0] + lsum[0];
+  l_run[1] = l_run[1] * alpha[1] + lsum[1];
+}
+// Writes row r's NCOLS output columns held by this thread (accumulator layout, columns
+// col0 + 8 n + {0, 1}) scaled by inv: bf16 into out when the request has one split, else fp32
+// into its split's partial; with_lse also writes the row's LSE.
+template <int NCOLS, int NREG>
+__device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, float* o_acc, float* lse_acc, int b,
+                                          int split, int n_split, int r, int h, int col0, const float (&acc)[NREG],
+                                          float inv, float lse, bool with_lse) {
+  const int rows = p.s_q * p.heads;
+  if (n_split == 1) {
+    bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c + col0;
+#pragma unroll
+    for (int n = 0; n < NCOLS / 8; ++n)
+      *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
+          __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+    if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+  } else {
+    float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * p.d_c + col0;
+#pragma unroll
+    for (int n = 0; n < NCOLS / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
+    if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+  }
+}
+
 template <int DC, bool PIPE>
 __global__ void __launch_bounds__(kV4Threads, 1)
     decode_split_v4_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
@@ -951,15 +1114,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   const uint32_t bar0 = smem_u32(bars);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(bar0 + 8 * s, 1);
-      mbar_init(bar0 + 8 * (S + s), 8);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  griddep_wait();  // the schedule (previous kernel) is complete from here on
+  init_ring(bar0, S);
   const int32_t* in = info + blockIdx.x * kPartInfoInts;
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -967,43 +1122,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) {
-      // The map lives in the workspace (written by the scheduler kernel, complete since
-      // griddep_wait): acquire it into the tensormap proxy before the first TMA. (As a
-      // __grid_constant__ parameter, launches after other launches read stale maps: gpu-notes v4.)
-      const CUtensorMap* map = kv_map;
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
-      int it = 0;
-      for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
-        const int L = p.seqlens[b];
-        const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV4BN);
-        const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
-        for (int ti = t; ti < stop; ++ti, ++it) {
-          const int stage = it % S;
-          const uint32_t par = (it / S) & 1;
-          const int j0 = ti * kV4BN;
-          int valid = 0, row = 0;
-          if (j0 < L) {
-            const int slot = j0 / p.page_size;
-            const int page = slot < p.max_pages ? ptab[slot] : -1;
-            if (page >= 0 && page < p.num_pages) {
-              valid = min(kV4BN, L - j0);
-              row = page * p.page_size + j0 % p.page_size;
-            } else if (p.error_flag != nullptr) {
-              atomicExch(p.error_flag, 1);  // bad device data: tile skipped (zero keys), flagged
-            }
-          }
-          mbar_wait(bar0 + 8 * (S + stage), par ^ 1);
-          if (valid > 0) {
-            mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
-            const uint32_t dst = sK + stage * stage_bytes;
-            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * kV4BN * 128, map, kb * 64, row, bar0 + 8 * stage);
-          } else {
-            mbar_arrive(bar0 + 8 * stage);
-          }
-        }
-      }
-    }
+    if (warp == 8 && lane == 0) produce_tiles<kV4BN, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
   } else {
   // ---- consumers: warpgroups 0 and 1 ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
@@ -1020,8 +1139,6 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   }
   const int nkh = nk / 2;  // k-steps per warpgroup (d_c + d_r is a multiple of 32 on this path)
   const uint32_t k_byte0 = wg * nkh * 32;  // this warpgroup's first column, in bytes
-  const bf16* q = reinterpret_cast<const bf16*>(p.q);
-  const int cpr = dim / 8;  // 16-byte chunks per Q row
   int split = in[4];
   int it = 0;
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -1029,18 +1146,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV4BN);
     const int n_split = offsets[b + 1] - offsets[b];
     named_bar_sync(1, 256);  // both warpgroups are done reading the previous segment's Q
-    {
-      const bf16* qb = q + static_cast<size_t>(b) * rows * dim;
-      for (int c = threadIdx.x; c < 64 * cpr; c += 256) {
-        const int r = c / cpr, k = c - r * cpr;
-        const int gr = row0 + r;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (gr < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(gr) * dim + k * 8);
-        st_shared_v4(sQ + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
-      }
-      fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
-      named_bar_sync(1, 256);
-    }
+    load_q_rows(p, b, row0, sQ, threadIdx.x, 256);
+    named_bar_sync(1, 256);
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
     float acc[C::kOReg];
 #pragma unroll
@@ -1051,17 +1158,10 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     auto wait_tile = [&](int it_, int ti_) -> uint32_t {
       const int stage = it_ % S;
       mbar_wait(bar0 + 8 * stage, (it_ / S) & 1);
-      const int j0 = ti_ * kV4BN;
-      const int slot = j0 / p.page_size;
-      const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
-      const int valid = (page >= 0 && page < p.num_pages) ? min(kV4BN, L - j0) : 0;
+      const int valid = tile_valid_rows<kV4BN>(p, b, L, ti_);
       const uint32_t tile = sK + stage * stage_bytes;
       if (valid < kV4BN) {
-        for (int c = threadIdx.x; c < nblk * kV4BN * 8; c += 256) {
-          const int r = (c >> 3) % kV4BN;
-          if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
-        }
-        fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
+        zero_tail_rows<kV4BN>(tile, valid, nblk, threadIdx.x, 256);
         named_bar_sync(2, 256);
       }
       return tile;
@@ -1086,7 +1186,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     };
     // Completed S partial of tile ti_ -> summed with the other warpgroup's -> online softmax:
     // updates m_run / l_run, returns P (bf16 A fragments) and the O rescale factors.
-    auto softmax_tile = [&](float (&sv)[16], int it_, int ti_, uint32_t (&pa)[2][4], float (&alpha)[2]) {
+    auto exchange_softmax = [&](float (&sv)[16], int it_, int ti_, uint32_t (&pa)[2][4], float (&alpha)[2]) {
 #pragma unroll
       for (int i = 0; i < 16; ++i) gmma::fence_operand(sv[i]);
       {
@@ -1098,35 +1198,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
 #pragma unroll
         for (int i = 0; i < 16; ++i) sv[i] = sv[i] + other[i * 128 + tid];  // a + b == b + a: same S in both
       }
-      const int jbase = ti_ * kV4BN;
-      float tmax[2] = {neg_inf, neg_inf};
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int h = (i >> 1) & 1;
-        const int j = jbase + (i >> 2) * 8 + 2 * tq + (i & 1);
-        const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
-        sv[i] = x;
-        tmax[h] = fmaxf(tmax[h], x);
-      }
-      float m_use[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-        const float m_new = fmaxf(m_run[h], tmax[h]);
-        m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-        alpha[h] = exp2f(m_run[h] - m_use[h]);
-        m_run[h] = m_new;
-      }
-      float lsum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
-        lsum[(i >> 1) & 1] += pv;
-        sv[i] = pv;
-      }
-      l_run[0] = l_run[0] * alpha[0] + lsum[0];
-      l_run[1] = l_run[1] * alpha[1] + lsum[1];
+      softmax_tile(sv, ti_ * kV4BN, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         const int n0 = 2 * ks, n1 = 2 * ks + 1;
@@ -1174,7 +1246,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
         gmma::wait<0>();
         uint32_t pa[2][4];
         float alpha[2];
-        softmax_tile(sv, it, ti, pa, alpha);
+        exchange_softmax(sv, it, ti, pa, alpha);
         rescale_o(alpha);
         gmma::fence();
         issue_pv(pa, tile);
@@ -1196,7 +1268,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
         gmma::fence();
         issue_s(sv, tile);
         gmma::wait<0>();
-        softmax_tile(sv, it, t, pa, alpha);  // O is still 0: no rescale needed
+        exchange_softmax(sv, it, t, pa, alpha);  // O is still 0: no rescale needed
       }
       for (int ti = t; ti + 1 < stop; ++ti, ++it) {
         float sn[16];
@@ -1209,7 +1281,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
         issue_pv(pa, tile);
         uint32_t pn[2][4];
         gmma::wait<1>();  // S of tile i+1 done; P.V of tile i may still run
-        softmax_tile(sn, it + 1, ti + 1, pn, alpha);
+        exchange_softmax(sn, it + 1, ti + 1, pn, alpha);
         gmma::wait<0>();
         release_tile(it);
         rescale_o(alpha);
@@ -1236,21 +1308,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       const float l = l_run[h];
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
-      const int c0 = wg * C::kNHalf + 2 * tq;
-      if (n_split == 1) {
-        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + c0;
-#pragma unroll
-        for (int n = 0; n < C::kNHalf / 8; ++n)
-          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
-              __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-        if (wg == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-      } else {
-        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
-#pragma unroll
-        for (int n = 0; n < C::kNHalf / 8; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-        if (wg == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-      }
+      store_row<C::kNHalf>(p, o_acc, lse_acc, b, split, n_split, r, h, wg * C::kNHalf + 2 * tq, acc, inv, lse,
+                           wg == 0 && tq == 0);
     }
   }
   }  // consumers
@@ -1304,15 +1363,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(bar0 + 8 * s, 1);
-      mbar_init(bar0 + 8 * (S + s), 8);  // every consumer warp releases
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  griddep_wait();
+  init_ring(bar0, S);
   const int32_t* in = info + blockIdx.x * kPartInfoInts;
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -1320,33 +1371,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) {
-      const CUtensorMap* map = kv_map;  // in the workspace, written by the scheduler kernel
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
-      int it = 0;
-      for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
-        const int L = p.seqlens[b];
-        const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
-        const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
-        for (int ti = t; ti < stop; ++ti, ++it) {
-          const int stage = it % S;
-          const int j0 = ti * kV6BN;
-          const int slot = j0 / p.page_size;
-          const int page = slot < p.max_pages ? ptab[slot] : -1;
-          const bool ok = page >= 0 && page < p.num_pages;
-          if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);  // tile skipped (zero keys), flagged
-          mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
-          if (ok) {
-            const int row = page * p.page_size + j0 % p.page_size;
-            mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
-            const uint32_t dst = sK + stage * stage_bytes;
-            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * 8192, map, kb * 64, row, bar0 + 8 * stage);
-          } else {
-            mbar_arrive(bar0 + 8 * stage);
-          }
-        }
-      }
-    }
+    if (warp == 8 && lane == 0) produce_tiles<kV6BN, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
@@ -1362,8 +1387,6 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     const int tok = min((row0 + lrow[h]) / p.heads, p.s_q - 1);
     lim_off[h] = p.s_q - 1 - tok;
   }
-  const bf16* q = reinterpret_cast<const bf16*>(p.q);
-  const int cpr = dim / 8;  // 16-byte chunks per Q row
   int split = in[4];
   int it = 0;
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -1371,18 +1394,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
     const int n_split = offsets[b + 1] - offsets[b];
     named_bar_sync(1, 256);  // the previous segment is done with Q and the row floats
-    {
-      const bf16* qb = q + static_cast<size_t>(b) * rows * dim;
-      for (int c = threadIdx.x; c < 64 * cpr; c += 256) {
-        const int r = c / cpr, k = c - r * cpr;
-        const int gr = row0 + r;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (gr < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(gr) * dim + k * 8);
-        st_shared_v4(sQ + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
-      }
-      fence_proxy_async();
-      named_bar_sync(1, 256);
-    }
+    load_q_rows(p, b, row0, sQ, threadIdx.x, 256);
+    named_bar_sync(1, 256);
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};  // warpgroup 0 only
     float acc[C::kOReg];
 #pragma unroll
@@ -1403,63 +1416,14 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       if (wg == 0) {
         mbar_wait(bar0 + 8 * stage, (it / S) & 1);
         const int j0 = ti * kV6BN;
-        const int slot = j0 / p.page_size;
-        const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
-        const int valid = (page >= 0 && page < p.num_pages) ? min(kV6BN, L - j0) : 0;
-        if (valid < kV6BN) {  // zero rows past L: NaN-poisoned page tails must not reach P.V
-          for (int c = threadIdx.x; c < nblk * kV6BN * 8; c += 128) {
-            const int r = (c >> 3) % kV6BN;
-            if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
-          }
-          fence_proxy_async();
+        const int valid = tile_valid_rows<kV6BN>(p, b, L, ti);
+        if (valid < kV6BN) {
+          zero_tail_rows<kV6BN>(tile, valid, nblk, threadIdx.x, 128);
           named_bar_sync(2, 128);
         }
         float sv[32];
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          sv[i] = 0.f;
-          gmma::fence_operand(sv[i]);
-        }
-        gmma::fence();
-        for (int kk = 0; kk < nk; ++kk) {
-          const uint32_t kb = kk * 32;
-          const uint64_t da = gmma_desc(sQ + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
-          const uint64_t db = gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
-          gmma::wgmma_ss_n64(sv, da, db);
-        }
-        gmma::commit();
-        gmma::wait<0>();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-        // scale into base 2, causal/length mask, online softmax (rows live in one quad)
-        float tmax[2] = {neg_inf, neg_inf};
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int h = (i >> 1) & 1;
-          const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-          const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
-          sv[i] = x;
-          tmax[h] = fmaxf(tmax[h], x);
-        }
-        float m_use[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-          tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-          const float m_new = fmaxf(m_run[h], tmax[h]);
-          m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-          alpha[h] = exp2f(m_run[h] - m_use[h]);
-          m_run[h] = m_new;
-        }
-        float lsum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
-          lsum[(i >> 1) & 1] += pv;
-          sv[i] = pv;
-        }
-        l_run[0] = l_run[0] * alpha[0] + lsum[0];
-        l_run[1] = l_run[1] * alpha[1] + lsum[1];
+        compute_s64(sv, sQ, tile, nk);
+        softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll
         for (int n = 0; n < 8; ++n)
@@ -1526,23 +1490,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + lrow[h];
       if (r >= rows) continue;
-      const float inv = sInvL[lrow[h]];
-      const float lse = sLse[lrow[h]];
-      const int c0 = wg * C::kNHalf + 2 * tq;
-      if (n_split == 1) {
-        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + c0;
-#pragma unroll
-        for (int n = 0; n < C::kNHalf / 8; ++n)
-          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
-              __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-        if (wg == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-      } else {
-        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
-#pragma unroll
-        for (int n = 0; n < C::kNHalf / 8; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-        if (wg == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-      }
+      store_row<C::kNHalf>(p, o_acc, lse_acc, b, split, n_split, r, h, wg * C::kNHalf + 2 * tq, acc, sInvL[lrow[h]],
+                           sLse[lrow[h]], wg == 0 && tq == 0);
     }
   }
 }
@@ -1585,15 +1534,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
   const uint32_t bar0 = sK + S * stage_bytes;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(bar0 + 8 * s, 1);
-      mbar_init(bar0 + 8 * (S + s), 8);  // every consumer warp releases
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  griddep_wait();
+  init_ring(bar0, S);
   const int32_t* in = info + blockIdx.x * kPartInfoInts;
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -1601,33 +1542,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads (as v6) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) {
-      const CUtensorMap* map = kv_map;
-      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
-      int it = 0;
-      for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
-        const int L = p.seqlens[b];
-        const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
-        const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
-        for (int ti = t; ti < stop; ++ti, ++it) {
-          const int stage = it % S;
-          const int j0 = ti * kV6BN;
-          const int slot = j0 / p.page_size;
-          const int page = slot < p.max_pages ? ptab[slot] : -1;
-          const bool ok = page >= 0 && page < p.num_pages;
-          if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
-          mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
-          if (ok) {
-            const int row = page * p.page_size + j0 % p.page_size;
-            mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
-            const uint32_t dst = sK + stage * stage_bytes;
-            for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * 8192, map, kb * 64, row, bar0 + 8 * stage);
-          } else {
-            mbar_arrive(bar0 + 8 * stage);
-          }
-        }
-      }
-    }
+    if (warp == 8 && lane == 0) produce_tiles<kV6BN, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
@@ -1644,26 +1559,14 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     const int tok = min(my_row[h] / p.heads, p.s_q - 1);
     lim_off[h] = p.s_q - 1 - tok;
   }
-  const bf16* q = reinterpret_cast<const bf16*>(p.q);
-  const int cpr = dim / 8;
   int split = in[4];
   int it = 0;
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kV6BN);
     const int n_split = offsets[b + 1] - offsets[b];
-    {  // this warpgroup's Q rows (its previous S is complete: waited for below)
-      const bf16* qb = q + static_cast<size_t>(b) * rows * dim;
-      for (int c = tid; c < 64 * cpr; c += 128) {
-        const int r = c / cpr, k = c - r * cpr;
-        const int gr = wrow0 + r;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (gr < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(gr) * dim + k * 8);
-        st_shared_v4(myQ + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
-      }
-      fence_proxy_async();
-      named_bar_sync(1 + wg, 128);
-    }
+    load_q_rows(p, b, wrow0, myQ, tid, 128);  // this warpgroup's Q rows (its previous S is complete)
+    named_bar_sync(1 + wg, 128);
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
     float acc[C::kOReg];
 #pragma unroll
@@ -1673,62 +1576,15 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       const uint32_t tile = sK + stage * stage_bytes;
       mbar_wait(bar0 + 8 * stage, (it / S) & 1);
       const int j0 = ti * kV6BN;
-      const int slot = j0 / p.page_size;
-      const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
-      const int valid = (page >= 0 && page < p.num_pages) ? min(kV6BN, L - j0) : 0;
-      if (valid < kV6BN) {  // both warpgroups see the same valid: zero rows past L together
-        for (int c = threadIdx.x; c < nblk * kV6BN * 8; c += 256) {
-          const int r = (c >> 3) % kV6BN;
-          if (r >= valid) st_shared_v4(tile + c * 16, make_uint4(0u, 0u, 0u, 0u));
-        }
-        fence_proxy_async();
+      const int valid = tile_valid_rows<kV6BN>(p, b, L, ti);
+      if (valid < kV6BN) {  // both warpgroups see the same valid: they zero the tail together
+        zero_tail_rows<kV6BN>(tile, valid, nblk, threadIdx.x, 256);
         named_bar_sync(3, 256);
       }
       float sv[32];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        sv[i] = 0.f;
-        gmma::fence_operand(sv[i]);
-      }
-      gmma::fence();
-      for (int kk = 0; kk < nk; ++kk) {
-        const uint32_t kb = kk * 32;
-        const uint64_t da = gmma_desc(myQ + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
-        const uint64_t db = gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024);
-        gmma::wgmma_ss_n64(sv, da, db);
-      }
-      gmma::commit();
-      gmma::wait<0>();
-#pragma unroll
-      for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-      float tmax[2] = {neg_inf, neg_inf};
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int h = (i >> 1) & 1;
-        const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-        const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
-        sv[i] = x;
-        tmax[h] = fmaxf(tmax[h], x);
-      }
-      float alpha[2], m_use[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-        const float m_new = fmaxf(m_run[h], tmax[h]);
-        m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-        alpha[h] = exp2f(m_run[h] - m_use[h]);
-        m_run[h] = m_new;
-      }
-      float lsum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
-        lsum[(i >> 1) & 1] += pv;
-        sv[i] = pv;
-      }
-      l_run[0] = l_run[0] * alpha[0] + lsum[0];
-      l_run[1] = l_run[1] * alpha[1] + lsum[1];
+      compute_s64(sv, myQ, tile, nk);
+      float alpha[2];
+      softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
       uint32_t pa[4][4];  // P as wgmma A fragments, one per 16-token k-step
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -1768,21 +1624,7 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       const float l = l_run[h];
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
-      const int c0 = 2 * tq;
-      if (n_split == 1) {
-        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + c0;
-#pragma unroll
-        for (int n = 0; n < DC / 8; ++n)
-          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
-              __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-        if (tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-      } else {
-        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
-#pragma unroll
-        for (int n = 0; n < DC / 8; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-        if (tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-      }
+      store_row<DC>(p, o_acc, lse_acc, b, split, n_split, r, h, 2 * tq, acc, inv, lse, tq == 0);
     }
   }
 }
@@ -1979,34 +1821,31 @@ void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int r
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
 
-template <int DC>
-void launch_split_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  using C = V6Cfg<DC>;
-  auto kernel = decode_split_v6_kernel<DC>;
-  static bool attr_set = false;
+// Launches a wgmma split kernel (v6, v7) that takes the workspace's tensor map: opt-in shared
+// memory set once per kernel, no programmatic dependent launch (see use_pdl).
+template <class Kernel>
+void launch_wgmma(Kernel kernel, size_t smem, const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks,
+                  cudaStream_t stream, bool& attr_set, const char* what) {
   if (!attr_set) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
-               "cudaFuncSetAttribute(max dynamic shared memory, v6)");
+               what);
     attr_set = true;
   }
-  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, false,
-         "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), smem, stream, false, what,
+         static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
-
+template <int DC>
+void launch_split_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  static bool attr_set = false;
+  launch_wgmma(decode_split_v6_kernel<DC>, V6Cfg<DC>::smem_bytes(DC + p.d_r), p, w, row_blocks, stream, attr_set,
+               "split kernel (v6) launch");
+}
 template <int DC>
 void launch_split_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  using C = V7Cfg<DC>;
-  auto kernel = decode_split_v7_kernel<DC>;
   static bool attr_set = false;
-  if (!attr_set) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
-               "cudaFuncSetAttribute(max dynamic shared memory, v7)");
-    attr_set = true;
-  }
-  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, false,
-         "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
-         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+  launch_wgmma(decode_split_v7_kernel<DC>, V7Cfg<DC>::smem_bytes(DC + p.d_r), p, w, row_blocks, stream, attr_set,
+               "split kernel (v7) launch");
 }
 
 template <int DC>
