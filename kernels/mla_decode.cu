@@ -121,6 +121,68 @@ __device__ unsigned long long g_v3_diag[4];
 // zeros, so NaN-poisoned page tails never reach P.V. d_c + d_r <= 640.
 __device__ __align__(16) uint16_t g_zero_row[640];
 
+// Writes one query row's output columns held by this thread: pair(n) is the (unscaled) fp32
+// pair for columns col0 + 8 n + {0, 1}, n < npairs, scaled by inv; bf16 into out when the
+// request has one split, else fp32 into its split's partial. with_lse also writes the row's LSE.
+template <class Pair>
+__device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, float* o_acc, float* lse_acc, int b,
+                                          int split, int n_split, int r, int col0, int npairs, Pair pair, float inv,
+                                          float lse, bool with_lse) {
+  const int rows = p.s_q * p.heads;
+  if (n_split == 1) {
+    bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c + col0;
+#pragma unroll
+    for (int n = 0; n < npairs; ++n) {
+      const float2 v = pair(n);
+      *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) = __floats2bfloat162_rn(v.x * inv, v.y * inv);
+    }
+    if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+  } else {
+    float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * p.d_c + col0;
+#pragma unroll
+    for (int n = 0; n < npairs; ++n) {
+      const float2 v = pair(n);
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(v.x * inv, v.y * inv);
+    }
+    if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+  }
+}
+
+// Merges splits [s0, s1) of request b, row r by their natural-log LSE in fp32 (threads t of
+// `threads`, 4 columns each): the combine kernel's arithmetic, shared with the fused merge of
+// variant 6. Partials are read through L2 (__ldcg): in the fused merge other CTAs wrote them.
+__device__ __forceinline__ void merge_splits_row(const quant::Bf16DecodeParams& p, const float* o_acc,
+                                                 const float* lse_acc, int b, int r, int s0, int s1, int t,
+                                                 int threads) {
+  const int rows = p.s_q * p.heads;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float m = neg_inf;
+  for (int s = s0; s < s1; ++s) m = fmaxf(m, __ldcg(lse_acc + static_cast<size_t>(s) * rows + r));
+  float lse = neg_inf;
+  if (m != neg_inf) {
+    float sum = 0.f;
+    for (int s = s0; s < s1; ++s) sum += expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - m);
+    lse = m + logf(sum);
+  }
+  bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c;
+  for (int c = t * 4; c < p.d_c; c += threads * 4) {
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m != neg_inf) {
+      for (int s = s0; s < s1; ++s) {
+        const float w = expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - lse);
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(s) * rows + r) * p.d_c + c));
+        o.x += w * v.x;
+        o.y += w * v.y;
+        o.z += w * v.z;
+        o.w += w * v.w;
+      }
+    }
+    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
+  }
+  if (t == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+}
+
 template <int DC, int RG, int NWC, int BN, int STAGES, int MIN_CTAS>
 struct SplitCfg {
   static constexpr int kWarps = RG * NWC;
@@ -495,20 +557,8 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
       if (r >= rows) continue;
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
-      if (n_split == 1) {
-        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + wc * C::kColsPerWarp;
-#pragma unroll
-        for (int n = 0; n < C::kNtO; ++n)
-          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + 2 * tq) =
-              __floats2bfloat162_rn(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
-        if (wc == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-      } else {
-        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + wc * C::kColsPerWarp;
-#pragma unroll
-        for (int n = 0; n < C::kNtO; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8 + 2 * tq) = make_float2(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
-        if (wc == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-      }
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, wc * C::kColsPerWarp + 2 * tq, C::kNtO,
+                [&](int n) { return make_float2(acc[n][2 * h], acc[n][2 * h + 1]); }, inv, lse, wc == 0 && tq == 0);
     }
     __syncthreads();  // sQ, sSum and the stages are reused by the next segment
     ++split;
@@ -814,20 +864,8 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
       const float l = l_run[h];
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
-      if (n_split == 1) {
-        bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + warp * C::kColsPerWarp;
-#pragma unroll
-        for (int n = 0; n < C::kNtO; ++n)
-          *reinterpret_cast<__nv_bfloat162*>(dst + n * 8 + 2 * tq) =
-              __floats2bfloat162_rn(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
-        if (warp == 0 && tq == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-      } else {
-        float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + warp * C::kColsPerWarp;
-#pragma unroll
-        for (int n = 0; n < C::kNtO; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8 + 2 * tq) = make_float2(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
-        if (warp == 0 && tq == 0) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-      }
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, warp * C::kColsPerWarp + 2 * tq, C::kNtO,
+                [&](int n) { return make_float2(acc[n][2 * h], acc[n][2 * h + 1]); }, inv, lse, warp == 0 && tq == 0);
     }
     if (fuse && n_split > 1) {
       // Publish this split, count it; the CTA that counts the last one merges all of them,
@@ -838,34 +876,8 @@ __global__ void __launch_bounds__(kV3Threads, MIN_CTAS)
       named_bar_sync(1, 32 * kV3Consumers);
       if (*sLast) {
         __threadfence();
-        const int s0 = offsets[b], s1 = offsets[b + 1];
-        for (int r = 0; r < rows; ++r) {
-          float m = neg_inf;
-          for (int sp = s0; sp < s1; ++sp) m = fmaxf(m, __ldcg(lse_acc + static_cast<size_t>(sp) * rows + r));
-          float lse = neg_inf;
-          if (m != neg_inf) {
-            float sum = 0.f;
-            for (int sp = s0; sp < s1; ++sp) sum += expf(__ldcg(lse_acc + static_cast<size_t>(sp) * rows + r) - m);
-            lse = m + logf(sum);
-          }
-          bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC;
-          for (int c = threadIdx.x * 4; c < DC; c += 32 * kV3Consumers * 4) {
-            float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (m != neg_inf) {
-              for (int sp = s0; sp < s1; ++sp) {
-                const float w = expf(__ldcg(lse_acc + static_cast<size_t>(sp) * rows + r) - lse);
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(sp) * rows + r) * DC + c));
-                o.x += w * v.x;
-                o.y += w * v.y;
-                o.z += w * v.z;
-                o.w += w * v.w;
-              }
-            }
-            *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
-            *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
-          }
-          if (threadIdx.x == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-        }
+        for (int r = 0; r < rows; ++r)
+          merge_splits_row(p, o_acc, lse_acc, b, r, offsets[b], offsets[b + 1], threadIdx.x, 32 * kV3Consumers);
       }
     }
   }
@@ -1068,30 +1080,6 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
   l_run[0] = l_run[0] * alpha[0] + lsum[0];
   l_run[1] = l_run[1] * alpha[1] + lsum[1];
 }
-// Writes row r's NCOLS output columns held by this thread (accumulator layout, columns
-// col0 + 8 n + {0, 1}) scaled by inv: bf16 into out when the request has one split, else fp32
-// into its split's partial; with_lse also writes the row's LSE.
-template <int NCOLS, int NREG>
-__device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, float* o_acc, float* lse_acc, int b,
-                                          int split, int n_split, int r, int h, int col0, const float (&acc)[NREG],
-                                          float inv, float lse, bool with_lse) {
-  const int rows = p.s_q * p.heads;
-  if (n_split == 1) {
-    bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c + col0;
-#pragma unroll
-    for (int n = 0; n < NCOLS / 8; ++n)
-      *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) =
-          __floats2bfloat162_rn(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-    if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-  } else {
-    float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * p.d_c + col0;
-#pragma unroll
-    for (int n = 0; n < NCOLS / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n * 4 + 2 * h] * inv, acc[n * 4 + 2 * h + 1] * inv);
-    if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-  }
-}
-
 template <int DC, bool PIPE>
 __global__ void __launch_bounds__(kV4Threads, 1)
     decode_split_v4_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
@@ -1308,8 +1296,9 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       const float l = l_run[h];
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
-      store_row<C::kNHalf>(p, o_acc, lse_acc, b, split, n_split, r, h, wg * C::kNHalf + 2 * tq, acc, inv, lse,
-                           wg == 0 && tq == 0);
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, wg * C::kNHalf + 2 * tq, C::kNHalf / 8,
+                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, inv, lse,
+                wg == 0 && tq == 0);
     }
   }
   }  // consumers
@@ -1490,8 +1479,9 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + lrow[h];
       if (r >= rows) continue;
-      store_row<C::kNHalf>(p, o_acc, lse_acc, b, split, n_split, r, h, wg * C::kNHalf + 2 * tq, acc, sInvL[lrow[h]],
-                           sLse[lrow[h]], wg == 0 && tq == 0);
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, wg * C::kNHalf + 2 * tq, C::kNHalf / 8,
+                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, sInvL[lrow[h]],
+                sLse[lrow[h]], wg == 0 && tq == 0);
     }
   }
 }
@@ -1624,7 +1614,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
       const float l = l_run[h];
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
-      store_row<DC>(p, o_acc, lse_acc, b, split, n_split, r, h, 2 * tq, acc, inv, lse, tq == 0);
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, 2 * tq, DC / 8,
+                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, inv, lse, tq == 0);
     }
   }
 }
@@ -1636,33 +1627,7 @@ __global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int
   const int b = blockIdx.x, r = blockIdx.y;
   const int s0 = offsets[b], s1 = offsets[b + 1];
   if (s1 - s0 <= 1) return;  // written directly by the split kernel
-  const int rows = p.s_q * p.heads;
-  const float neg_inf = -__int_as_float(0x7f800000);
-  float m = neg_inf;
-  for (int s = s0; s < s1; ++s) m = fmaxf(m, lse_acc[static_cast<size_t>(s) * rows + r]);
-  float lse = neg_inf;
-  if (m != neg_inf) {
-    float sum = 0.f;
-    for (int s = s0; s < s1; ++s) sum += expf(lse_acc[static_cast<size_t>(s) * rows + r] - m);
-    lse = m + logf(sum);
-  }
-  bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c;
-  for (int c = threadIdx.x * 4; c < p.d_c; c += blockDim.x * 4) {
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (m != neg_inf) {
-      for (int s = s0; s < s1; ++s) {
-        const float w = expf(lse_acc[static_cast<size_t>(s) * rows + r] - lse);
-        const float4 v = *reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(s) * rows + r) * p.d_c + c);
-        o.x += w * v.x;
-        o.y += w * v.y;
-        o.z += w * v.z;
-        o.w += w * v.w;
-      }
-    }
-    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
-    *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
-  }
-  if (threadIdx.x == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+  merge_splits_row(p, o_acc, lse_acc, b, r, s0, s1, threadIdx.x, blockDim.x);
 }
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -1801,27 +1766,7 @@ bool use_wgmma(const quant::Bf16DecodeParams& p) {
   return V4Cfg<512>::smem_bytes(p.d_c + p.d_r) <= kV4MaxSmem;
 }
 
-template <int DC>
-void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  using C = V4Cfg<DC>;
-  auto set_smem = [](auto kernel) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kV4MaxSmem)),
-               "cudaFuncSetAttribute(max dynamic shared memory, wgmma path)");
-  };
-  static bool attr_set = false;
-  if (!attr_set) {
-    set_smem(decode_split_v4_kernel<DC, true>);
-    set_smem(decode_split_v4_kernel<DC, false>);
-    attr_set = true;
-  }
-  // Variant 9: v4 (no pipeline); variant 8: v5, the FA3-style pipeline (not faster, gpu-notes v5).
-  auto kernel = p.variant == 8 ? decode_split_v4_kernel<DC, true> : decode_split_v4_kernel<DC, false>;
-  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kV4Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
-         "split kernel (wgmma) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
-         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
-}
-
-// Launches a wgmma split kernel (v6, v7) that takes the workspace's tensor map: opt-in shared
+// Launches a wgmma split kernel (v4/v5, v6, v7) that takes the workspace's tensor map: opt-in shared
 // memory set once per kernel, no programmatic dependent launch (see use_pdl).
 template <class Kernel>
 void launch_wgmma(Kernel kernel, size_t smem, const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks,
@@ -1835,6 +1780,18 @@ void launch_wgmma(Kernel kernel, size_t smem, const quant::Bf16DecodeParams& p, 
          static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
+template <int DC>
+void launch_split_v4(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  // Variant 9: v4 (no pipeline); variant 8: v5, the FA3-style pipeline (not faster, gpu-notes v5).
+  static bool attr_v4 = false, attr_v5 = false;
+  if (p.variant == 8)
+    launch_wgmma(decode_split_v4_kernel<DC, true>, V4Cfg<DC>::smem_bytes(DC + p.d_r), p, w, row_blocks, stream, attr_v5,
+                 "split kernel (v5) launch");
+  else
+    launch_wgmma(decode_split_v4_kernel<DC, false>, V4Cfg<DC>::smem_bytes(DC + p.d_r), p, w, row_blocks, stream,
+                 attr_v4, "split kernel (v4) launch");
+}
+
 template <int DC>
 void launch_split_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   static bool attr_set = false;
@@ -1891,8 +1848,7 @@ int sm_count() {
   return sms;
 }
 }  // namespace
-int decode_parts_for_device(int s_q, int heads) { return quant::decode_default_parts(sm_count(), s_q, heads); }
-int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts_for(sm_count(), p); }
+int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts(sm_count(), p); }
 
 size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
   const int parts = p.num_parts > 0 ? p.num_parts : decode_parts_for_device(p);

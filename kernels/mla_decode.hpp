@@ -19,10 +19,9 @@ namespace mla::kernels {
 
 using quant::Bf16DecodeParams;
 
-// Parts (CTA columns) mla_decode_bf16 uses when p.num_parts == 0, on the current device (the
-// (s_q, heads) form assumes 64-row blocks, which every path but v7 uses).
+// Parts (CTA columns) mla_decode_bf16 uses when p.num_parts == 0, on the current device (only
+// p's shape and variant are read).
 int decode_parts_for_device(const Bf16DecodeParams& p);
-int decode_parts_for_device(int s_q, int heads);
 
 // Workspace bytes for p's shape and its effective number of parts.
 size_t decode_workspace_bytes_for(const Bf16DecodeParams& p);

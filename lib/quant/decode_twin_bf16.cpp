@@ -134,7 +134,7 @@ void validate_decode_params(const Bf16DecodeParams& p) {
 void decode_twin_bf16(const Bf16DecodeParams& p) {
   validate_decode_params(p);
   const DecodeTileConfig cfg = decode_tile_config_for(p);
-  const int parts = p.num_parts > 0 ? p.num_parts : decode_default_parts_for(132, p);
+  const int parts = p.num_parts > 0 ? p.num_parts : decode_default_parts(132, p);
   const int rows = p.s_q * p.heads;
   for (int b = 0; b < p.batch; ++b)
     if (p.seqlens[b] < 0 || static_cast<long long>(p.seqlens[b]) > static_cast<long long>(p.max_pages) * p.page_size)

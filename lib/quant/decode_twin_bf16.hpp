@@ -207,15 +207,10 @@ MLA_HD inline void compute_decode_schedule(const int32_t* seqlens, int batch, in
   last[3] = 0;
 }
 
-// Default number of parts for a device with sm_count multiprocessors (one CTA per SM).
-inline int decode_default_parts(int sm_count, int s_q, int heads) {
-  const DecodeTileConfig c = decode_tile_config(s_q, heads);
-  const int parts = sm_count * c.ctas_per_sm / c.row_blocks;
-  return parts > 0 ? parts : 1;
-}
 
-// The same for p's path (decode_tile_config_for: v7 has fewer, larger row blocks).
-inline int decode_default_parts_for(int sm_count, const Bf16DecodeParams& p) {
+// Default number of parts for p on a device with sm_count multiprocessors: CTAs per SM times
+// SMs, shared by the row blocks of p's path (decode_tile_config_for: v7 has fewer, larger ones).
+inline int decode_default_parts(int sm_count, const Bf16DecodeParams& p) {
   const DecodeTileConfig c = decode_tile_config_for(p);
   const int parts = sm_count * c.ctas_per_sm / c.row_blocks;
   return parts > 0 ? parts : 1;
@@ -232,7 +227,7 @@ size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_pa
 void validate_decode_params(const Bf16DecodeParams& p);
 
 // The CPU twin: same signature as the kernel's host function, on host buffers. Uses
-// p.num_parts (0: decode_default_parts_for(132, p), an H100/H200's SM count) so its split
+// p.num_parts (0: decode_default_parts(132, p), an H100/H200's SM count) so its split
 // points equal the kernel's for the same num_parts. Throws InputError on bad params and on
 // an out-of-range page id that a request needs.
 void decode_twin_bf16(const Bf16DecodeParams& p);

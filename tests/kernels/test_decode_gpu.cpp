@@ -164,7 +164,7 @@ TEST(DecodeGpu, DeviceScheduleEqualsHostSchedule) {
 TEST(DecodeGpu, FusedCombineMatchesCombineKernel) {
   REQUIRE_GPU();
   DecodeCase c = make_decode_case({1, 65, 3000, 700, 20000, 5, 64}, 1, 16, 512, 64, 64, 125);
-  DeviceCase d(c, kernels::decode_parts_for_device(1, 16));
+  DeviceCase d(c, kernels::decode_parts_for_device(c.host_params(0)));
   kernels::mla_decode_bf16(d.p, nullptr);
   ck(cudaDeviceSynchronize());
   const auto separate = d.out.down();  // default: the combine kernel
@@ -186,7 +186,7 @@ TEST(DecodeGpu, FusedCombineMatchesCombineKernel) {
 TEST(DecodeGpu, V2VariantStillMatchesFloat64) {
   REQUIRE_GPU();
   DecodeCase c = make_decode_case({1, 65, 3000, 700}, 1, 16, 512, 64, 64, 124);
-  DeviceCase d(c, 2 * kernels::decode_parts_for_device(1, 16));
+  DeviceCase d(c, 2 * kernels::decode_parts_for_device(c.host_params(0)));
   d.p.variant = 2;
   kernels::mla_decode_bf16(d.p, nullptr);
   ck(cudaDeviceSynchronize());
@@ -268,7 +268,7 @@ TEST(DecodeGpu, NarrowSlicesOfTheTinyModels) {
 TEST(DecodeGpu, GraphCaptureReplaysTheSameResult) {
   REQUIRE_GPU();
   DecodeCase c = make_decode_case({3000, 10, 700, 64}, 1, 16, 512, 64, 64, 111);
-  DeviceCase d(c, kernels::decode_parts_for_device(1, 16));
+  DeviceCase d(c, kernels::decode_parts_for_device(c.host_params(0)));
   kernels::mla_decode_bf16(d.p, nullptr);
   ck(cudaDeviceSynchronize());
   const auto direct = d.out.down();
@@ -373,7 +373,7 @@ TEST(TplaGpu, SequentialRanksSumOfOProjMatchesFloat64) {
     for (size_t r = 0; r < static_cast<size_t>(full.batch) * H; ++r)
       for (int i = 0; i < dim; ++i) rank.q[r * dim + i] = full.q[r * full.dim() + (i < w ? k * w + i : d_c + (i - w))];
     rank.out.assign(static_cast<size_t>(full.batch) * H * w, kBf16NaN);
-    DeviceCase d(rank, kernels::decode_parts_for_device(1, H));
+    DeviceCase d(rank, kernels::decode_parts_for_device(rank.host_params(0)));
     kernels::mla_decode_bf16(d.p, nullptr);  // rank k, after rank k-1 on the same GPU
     ck(cudaDeviceSynchronize());
     add_rank_output(bf16_to_f64(d.out.down()), k, y_gpu);
