@@ -1,5 +1,4 @@
 // calib.h5 writer and JSON summary (format: docs/formats/calib.md).
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -44,11 +43,7 @@ void write_codebook(io::h5::Group& parent, const std::string& name, const quant:
 }  // namespace
 
 void write_calib_h5(const CalibrationResult& r, const std::string& path) {
-  const std::filesystem::path final_path(path);
-  std::filesystem::path tmp = final_path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  try {
-    auto file = io::h5::File::create(tmp);
+  io::h5::write_atomically(path, [&](io::h5::File& file) {
     auto& root = file.root();
     root.set_attr("schema", "mla-calib/1");
     root.set_attr("checkpoint_fingerprint", r.checkpoint_fingerprint);
@@ -125,13 +120,7 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
     write_codebook(an, "gaussian_1_over_d", r.analytic_gaussian_1_over_d);
     write_codebook(an, "sphere_coordinate", r.analytic_sphere);
     an.set_attr("d", r.d_c);
-    file.flush();
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
-  std::filesystem::rename(tmp, final_path);
+  });
 }
 
 std::string calib_summary_json(const CalibrationResult& r) {

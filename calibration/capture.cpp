@@ -109,7 +109,7 @@ Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,
   const auto& root = file_.root();
   info_.path = path.string();
   const std::string where = "capture " + info_.path;
-  if (!root.has_attr("schema") || root.attr_string("schema") != "mla-capture/1") {
+  if (!root.has_attr("schema") || root.attr_string("schema") != io::kCaptureSchema) {
     throw InputError(where + ": root attribute 'schema' must be \"mla-capture/1\", got " +
                      (root.has_attr("schema") ? "\"" + root.attr_string("schema") + "\"" : "none"));
   }

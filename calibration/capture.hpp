@@ -25,19 +25,16 @@
 
 #include "calibration/bf16.hpp"
 #include "core/tensor.hpp"
+#include "io/capture.hpp"
 #include "io/hdf5.hpp"
 #include "model/config.hpp"
 
 namespace mla::calib {
 
-struct CaptureInfo {
+// The root attributes (io::CaptureMeta; absent optional ones read as empty) and what the
+// calibration reader adds.
+struct CaptureInfo : io::CaptureMeta {
   std::string path;
-  std::string model_type;
-  int64_t num_layers = 0;
-  int64_t hidden_size = 0;
-  std::string source;
-  std::string corpus_sha256;
-  std::string checkpoint_fingerprint;  // empty when absent
   int64_t sequences = 0;               // S of /calib
   int64_t seq_len = 0;                 // T
   bool has_hidden = false;             // else latent + k_pe

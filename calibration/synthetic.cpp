@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "io/capture.hpp"
 #include "io/hdf5.hpp"
 
 namespace mla::calib {
@@ -78,11 +79,9 @@ void write_synthetic_capture(const std::string& path, const model::MlaConfig& cf
                              const SyntheticCaptureSpec& spec) {
   if (spec.dtype != StoredType::F32 && spec.dtype != StoredType::BF16)
     throw InputError("synthetic capture: dtype must be float32 or bfloat16");
-  const std::string tmp = path + ".tmp";
-  {
-    auto f = io::h5::File::create(tmp);
+  io::h5::write_atomically(path, [&](io::h5::File& f) {
     auto& root = f.root();
-    root.set_attr("schema", "mla-capture/1");
+    root.set_attr("schema", io::kCaptureSchema);
     root.set_attr("model_type", cfg.model_type);
     root.set_attr("num_layers", spec.num_layers);
     root.set_attr("hidden_size", cfg.hidden_size);
@@ -149,9 +148,7 @@ void write_synthetic_capture(const std::string& path, const model::MlaConfig& cf
       }
     }
     H5Tclose(ftype);
-    f.flush();
-  }
-  std::filesystem::rename(tmp, path);
+  });
 }
 
 }  // namespace mla::calib

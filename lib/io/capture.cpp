@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <unistd.h>
 
 #include "core/error.hpp"
 
@@ -104,12 +103,7 @@ void write_dense_capture(const model::DenseModel& m, const CaptureMeta& meta, co
                          const std::filesystem::path& out,
                          const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   const int64_t L = m.cfg.num_hidden_layers, D = m.cfg.hidden_size, V = m.cfg.vocab_size;
-  std::filesystem::path dir = out.parent_path();
-  if (dir.empty()) dir = ".";
-  const std::filesystem::path tmp = dir / (std::string(".") + out.filename().string() + ".tmp" + std::to_string(::getpid()));
-  try {
-    {
-      h5::File file = h5::File::create(tmp);
+  h5::write_atomically(out, [&](h5::File& file) {
       h5::Group& root = file.root();
       root.set_attr("schema", kCaptureSchema);
       root.set_attr("model_type", meta.model_type);
@@ -153,14 +147,7 @@ void write_dense_capture(const model::DenseModel& m, const CaptureMeta& meta, co
           if (progress) progress(spec.name, static_cast<int64_t>(s + 1), static_cast<int64_t>(S));
         }
       }
-      file.flush();
-    }
-    std::filesystem::rename(tmp, out);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
+  });
 }
 
 model::DenseModel load_dense_model(const Checkpoint& ckpt) {

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include <unistd.h>
+
 namespace mla::io::h5 {
 namespace {
 
@@ -335,5 +337,23 @@ MLA_H5_INSTANTIATE(int64_t)
 MLA_H5_INSTANTIATE(uint8_t)
 MLA_H5_INSTANTIATE(uint16_t)
 #undef MLA_H5_INSTANTIATE
+
+void write_atomically(const std::filesystem::path& path, const std::function<void(File&)>& fill) {
+  std::filesystem::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::filesystem::path tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()));
+  try {
+    {
+      File file = File::create(tmp);
+      fill(file);
+      file.flush();
+    }
+    std::filesystem::rename(tmp, path);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+}
 
 }  // namespace mla::io::h5

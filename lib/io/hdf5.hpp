@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -144,8 +145,8 @@ Dataset Group::write(const std::string& name, const std::vector<T>& data) {
 
 class File {
  public:
-  // Truncates/creates. Writes go to `path` directly: callers that need atomicity write to a
-  // temporary name and rename (see write_atomically in hdf5.cpp users).
+  // Truncates/creates. Writes go to `path` directly: callers that need atomicity use
+  // write_atomically below.
   static File create(const std::filesystem::path& path);
   static File open_read(const std::filesystem::path& path);
   Group& root() { return root_; }
@@ -160,5 +161,10 @@ class File {
   std::filesystem::path path_;
   Group root_;
 };
+
+// Writes the HDF5 file `path` through a temporary file in the same folder (".<name>.tmp<pid>"):
+// `fill` writes into it, the file is flushed and closed, then renamed to `path`. If `fill`
+// throws, the temporary file is removed and the exception propagates: `path` is never partial.
+void write_atomically(const std::filesystem::path& path, const std::function<void(File&)>& fill);
 
 }  // namespace mla::io::h5
