@@ -139,61 +139,52 @@ inline double e2m1_round(double v) {
 
 }  // namespace
 
-double fp4_mx_sq_error(const float* x, std::size_t n, Fp4ScaleRule rule, float c) {
-  require_multiple(n, kFp4Group, "fp4_mx_sq_error");
+namespace {
+// Sum of squared errors over consecutive groups of `group` values: quantiser(xg) returns the
+// dequantised value of xg[i] for one group (its scale computed once per group).
+template <class Quantiser>
+double group_sq_error(const float* x, std::size_t n, std::size_t group, const char* what, Quantiser quantiser) {
+  require_multiple(n, group, what);
   double err = 0.0;
-  for (std::size_t g = 0; g < n / kFp4Group; ++g) {
-    const float* xg = x + g * kFp4Group;
-    const uint8_t b = fp4_scale_byte(absmax_of(xg, kFp4Group), rule, c);
-    const int e = static_cast<int>(b) - 127;
-    for (std::size_t i = 0; i < kFp4Group; ++i) {
-      const double y = b == 0 ? 0.0 : std::ldexp(e2m1_round(std::ldexp(xg[i], -e)), e);
+  for (std::size_t g = 0; g < n / group; ++g) {
+    const float* xg = x + g * group;
+    const auto q = quantiser(xg);
+    for (std::size_t i = 0; i < group; ++i) {
+      const double y = q(xg[i]);
       err += (y - xg[i]) * (y - xg[i]);
     }
   }
   return err;
+}
+}  // namespace
+
+double fp4_mx_sq_error(const float* x, std::size_t n, Fp4ScaleRule rule, float c) {
+  return group_sq_error(x, n, kFp4Group, "fp4_mx_sq_error", [&](const float* xg) {
+    const uint8_t b = fp4_scale_byte(absmax_of(xg, kFp4Group), rule, c);
+    const int e = static_cast<int>(b) - 127;
+    return [b, e](float v) { return b == 0 ? 0.0 : std::ldexp(e2m1_round(std::ldexp(v, -e)), e); };
+  });
 }
 
 double nvfp4_sq_error(const float* x, std::size_t n) {
-  require_multiple(n, kNvfp4Group, "nvfp4_sq_error");
-  double err = 0.0;
-  for (std::size_t g = 0; g < n / kNvfp4Group; ++g) {
-    const float* xg = x + g * kNvfp4Group;
+  return group_sq_error(x, n, kNvfp4Group, "nvfp4_sq_error", [](const float* xg) {
     const float s = e4m3_to_float(float_to_e4m3(absmax_of(xg, kNvfp4Group) / 6.0f));
-    for (std::size_t i = 0; i < kNvfp4Group; ++i) {
-      const double y = s > 0.0f ? e2m1_round(xg[i] / s) * s : 0.0;
-      err += (y - xg[i]) * (y - xg[i]);
-    }
-  }
-  return err;
+    return [s](float v) { return s > 0.0f ? e2m1_round(v / s) * s : 0.0; };
+  });
 }
 
 double fp4_continuous_sq_error(const float* x, std::size_t n, double c) {
-  require_multiple(n, kFp4Group, "fp4_continuous_sq_error");
-  double err = 0.0;
-  for (std::size_t g = 0; g < n / kFp4Group; ++g) {
-    const float* xg = x + g * kFp4Group;
+  return group_sq_error(x, n, kFp4Group, "fp4_continuous_sq_error", [c](const float* xg) {
     const double s = c * absmax_of(xg, kFp4Group);
-    for (std::size_t i = 0; i < kFp4Group; ++i) {
-      const double y = s > 0.0 ? e2m1_round(xg[i] / s) * s : 0.0;
-      err += (y - xg[i]) * (y - xg[i]);
-    }
-  }
-  return err;
+    return [s](float v) { return s > 0.0 ? e2m1_round(v / s) * s : 0.0; };
+  });
 }
 
 double int4_group_sq_error(const float* x, std::size_t n) {
-  require_multiple(n, kFp4Group, "int4_group_sq_error");
-  double err = 0.0;
-  for (std::size_t g = 0; g < n / kFp4Group; ++g) {
-    const float* xg = x + g * kFp4Group;
+  return group_sq_error(x, n, kFp4Group, "int4_group_sq_error", [](const float* xg) {
     const double s = absmax_of(xg, kFp4Group) / 7.0;
-    for (std::size_t i = 0; i < kFp4Group; ++i) {
-      const double y = s > 0.0 ? std::clamp(std::nearbyint(xg[i] / s), -7.0, 7.0) * s : 0.0;
-      err += (y - xg[i]) * (y - xg[i]);
-    }
-  }
-  return err;
+    return [s](float v) { return s > 0.0 ? std::clamp(std::nearbyint(v / s), -7.0, 7.0) * s : 0.0; };
+  });
 }
 
 }  // namespace mla::quant
