@@ -61,7 +61,8 @@ struct Bf16DecodeParams {
   // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
   // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
   // launch plainly; the others use programmatic dependent launches. > 16 rows: the default is
-  // the v6 wgmma path (64-token tiles; decode_uses_v6) where the shape allows it, else the v3
+  // the v6 wgmma path (64-token tiles; decode_uses_v6, within it v7's 128-row blocks for > 64
+  // rows at d_c <= 256: decode_uses_v7) where the shape allows it, else the v3
   // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 9 = v4 (wgmma, 32-token
   // tiles, two warpgroups splitting the S reduction), 8 = v5 (v4 with S of tile i+1 overlapped
   // with P.V of tile i). The wgmma paths launch without programmatic dependent launch. Every
