@@ -95,7 +95,7 @@ void write_synthetic_capture(const std::string& path, const model::MlaConfig& cf
     for (int64_t l = 0; l < spec.num_layers; ++l) {
       auto group = root.require_group("calib/" + io::h5::layer_group_name(l));
       auto emit = [&](const char* ds, uint64_t width, const std::vector<double>* scale, uint64_t ds_id) {
-        const std::string where = tmp + ": " + group.path() + "/" + ds;
+        const std::string where = f.path().string() + ": " + group.path() + "/" + ds;
         hsize_t dims[3] = {S, T, width}, chunk[3] = {1, T, width};
         const hid_t space = H5Screate_simple(3, dims, nullptr);
         const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
