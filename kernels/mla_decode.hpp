@@ -1,7 +1,8 @@
 #pragma once
 // BF16 paged absorbed-MLA decode on Hopper (sm_90a): device-side split-KV scheduler, split
 // kernel (<= 16 query rows: mma.sync with a bulk-copy producer ring; more rows: wgmma with a TMA
-// ring and 64-token tiles, v6), LSE combine kernel.
+// ring and 64-token tiles), LSE combine kernel. kernels/decode_launch.hpp lists the file of each
+// role.
 // The parameter block, the math, the causal rule for s_q = 2, the rounding points and the
 // schedule are documented in quant/decode_twin_bf16.hpp (shared with the CPU twin).
 //
@@ -29,10 +30,6 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p);
 // Checks p on the host (shapes, pointers, workspace size: mla::InputError naming the field),
 // then launches scheduler, split kernel and combine on `stream`. Launch errors throw mla::Error.
 void mla_decode_bf16(const Bf16DecodeParams& p, cudaStream_t stream);
-
-// Variant 3 (diagnostics) counters of the v3 ring: reset, or read [consumer-warp cycles, of
-// which waiting for a full stage, producer cycles, of which waiting for an empty stage].
-void decode_v3_diagnostics(bool reset, unsigned long long out[4]);
 
 // The device scheduler alone (for tests: it must equal quant::compute_decode_schedule).
 // seqlens [batch], info [num_parts * quant::kPartInfoInts], offsets [batch + 1]: device memory.

@@ -97,16 +97,21 @@ SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile
 
 }  // namespace
 
-size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_parts) {
+DecodeWorkspaceLayout decode_workspace_layout(int batch, int s_q, int heads, int d_c, int num_parts) {
   const size_t rows = static_cast<size_t>(s_q) * heads;
   const size_t splits = decode_max_splits(batch, num_parts);
-  // TMA descriptor, part info, split offsets [batch + 1], per-request split counters [batch] (fused combine)
-  size_t meta = kDecodeMapBytes +
-                (static_cast<size_t>(num_parts) * kPartInfoInts + 2 * static_cast<size_t>(batch) + 1) * sizeof(int32_t);
-  meta = (meta + 255) / 256 * 256;
-  size_t lse = splits * rows * sizeof(float);
-  lse = (lse + 255) / 256 * 256;
-  return meta + lse + splits * rows * d_c * sizeof(float);
+  auto align256 = [](size_t x) { return (x + 255) / 256 * 256; };
+  DecodeWorkspaceLayout l;
+  l.info = kDecodeMapBytes;
+  l.offsets = l.info + static_cast<size_t>(num_parts) * kPartInfoInts * sizeof(int32_t);
+  l.lse = align256(l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
+  l.o = align256(l.lse + splits * rows * sizeof(float));
+  l.total = l.o + splits * rows * d_c * sizeof(float);
+  return l;
+}
+
+size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_parts) {
+  return decode_workspace_layout(batch, s_q, heads, d_c, num_parts).total;
 }
 
 void validate_decode_params(const Bf16DecodeParams& p) {

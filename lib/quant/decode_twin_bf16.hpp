@@ -21,7 +21,7 @@
 // work of about equal cost, counting kFixedCost tiles extra for each request that starts in it
 // (query load + epilogue). A request cut by a part boundary gets one split per part; splits
 // are numbered in walk order, so request b's splits are split_offsets[b] .. split_offsets[b+1]-1.
-// v3: closed form (prefix sums), computed in parallel on the GPU (v2 walked it on one thread).
+// Closed form (prefix sums), computed in parallel on the GPU, one thread per request.
 // The schedule depends only on seqlens, so it runs on the device (no host sync, graph
 // capturable) and, identically, on the host for the twin.
 #include <cstddef>
@@ -52,29 +52,18 @@ struct Bf16DecodeParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;
-  // GPU only, for timing comparisons: 0 = current kernels (v3); 2 = the v2 kernels and v2
-  // serial one-thread scheduler exactly as committed before v3 (its split points differ from
-  // the twin's: not for correctness checks; pass num_parts = 2 * SMs for <= 16 rows as v2 did);
-  // 1 = the v3 kernels with the v2 scheduler (isolates the scheduler's cost); 3 = variant 0
-  // with cycle counters (kernels::decode_v3_diagnostics); 4 = v3a, the first v3 kernel (one CTA
-  // per SM, 5 stages; d_c = 512 only; pass num_parts = SMs); 5 = variant 0 without
-  // the per-tile shortcuts (v3b as in commit 7a142ce); 6 = variant 0 with the splits merged
-  // inside the split kernel instead of the combine kernel (experiment: slower). Variants 1, 2
-  // launch plainly; the others use programmatic dependent launches. > 16 rows: the default is
-  // the v6 wgmma path (64-token tiles; decode_uses_v6, within it v7's 128-row blocks for > 64
-  // rows at d_c <= 256: decode_uses_v7) where the shape allows it, else the v3
-  // mma.sync 64-row path; 7 (and 1, 2) = always the mma.sync path; 9 = v4 (wgmma, 32-token
-  // tiles, two warpgroups splitting the S reduction), 8 = v5 (v4 with S of tile i+1 overlapped
-  // with P.V of tile i). The wgmma paths launch without programmatic dependent launch. Every
-  // variant uses the same rounding points as the twin, with the tile of decode_tile_config_for.
+  // GPU only, for timing comparisons: 0 = the default path for the shape (decode_tile_config_for);
+  // 7 = the mma.sync 64-row path for any shape of > 16 rows (32-token tiles; the twin follows).
+  // Other values are rejected (decode_variant_supported). Every variant uses the twin's rounding
+  // points with the tile of decode_tile_config_for.
   int variant = 0;
 };
 
 // Tile shape used for a given number of query rows (s_q * heads): <= 16 rows take one 16-row
-// block with 32-token tiles, two CTAs per SM (v3b: in each, a producer warp streams tiles with
-// bulk copies into a 2-stage mbarrier ring; two CTAs give 8 consumer warps per SM, which the
-// math per tile needs); more rows take 64-row blocks with 32-token tiles, one CTA per SM
-// (compute-bound shapes; the Q block then fills shared memory).
+// block with 32-token tiles, two CTAs per SM (the memory-bound path: in each, a producer warp
+// streams tiles with bulk copies into a 2-stage mbarrier ring; two CTAs give 8 consumer warps
+// per SM, which the math per tile needs); more rows take 64-row blocks with 32-token tiles, one
+// CTA per SM (the mma.sync path; decode_tile_config_for changes this for the wgmma paths).
 struct DecodeTileConfig {
   int rows_per_block;
   int tile_tokens;
@@ -87,12 +76,15 @@ MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
   return {64, 32, (rows + 63) / 64, 1};
 }
 
-// Whether the GPU runs p on the v6 wgmma path (kernels/mla_decode.cu), whose tiles are 64 tokens:
-// more than 16 rows, d_c >= 128, d_c + d_r <= 576 (its shared-memory budget), and not one of the
-// comparison variants that keep 32-token tiles (1, 2, 7 = mma.sync; 8 = v5, 9 = v4).
+// Variants mla_decode_bf16 accepts (Bf16DecodeParams::variant), and their list for messages.
+MLA_HD inline bool decode_variant_supported(int variant) { return variant == 0 || variant == 7; }
+constexpr const char* kDecodeVariantsHelp = "0 = default, 7 = mma.sync 64-row path";
+
+// Whether the GPU runs p on a wgmma path (kernels/decode_manyhead_v6.cu, and v7 within it), whose
+// tiles are 64 tokens: more than 16 rows, d_c >= 128, d_c + d_r <= 576 (the shared-memory
+// budget), and not variant 7 (the mma.sync path, 32-token tiles).
 MLA_HD inline bool decode_uses_v6(const Bf16DecodeParams& p) {
-  const bool comparison = p.variant == 1 || p.variant == 2 || p.variant == 7 || p.variant == 8 || p.variant == 9;
-  return p.s_q * p.heads > 16 && p.d_c >= 128 && p.d_c + p.d_r <= 576 && !comparison;
+  return p.s_q * p.heads > 16 && p.d_c >= 128 && p.d_c + p.d_r <= 576 && p.variant != 7;
 }
 // Within the v6 path: more than 64 rows at d_c <= 256 (TPLA slices) run v7, 128-row blocks whose
 // two warpgroups each own 64 rows and the whole d_c (one K tile feeds 128 rows).
@@ -220,7 +212,13 @@ inline int decode_default_parts(int sm_count, const Bf16DecodeParams& p) {
 // Upper bound on splits: each of the num_parts - 1 part boundaries cuts at most one request.
 inline int decode_max_splits(int batch, int num_parts) { return batch + num_parts; }
 
-// Bytes of GPU scratch: schedule + fp32 partial outputs and LSEs of every split.
+// The GPU workspace: byte offsets of the TMA descriptor (at 0), the schedule (part info, split
+// offsets), the splits' fp32 LSEs [splits, rows] and partial outputs [splits, rows, d_c].
+struct DecodeWorkspaceLayout {
+  size_t info, offsets, lse, o, total;
+};
+DecodeWorkspaceLayout decode_workspace_layout(int batch, int s_q, int heads, int d_c, int num_parts);
+// Bytes of GPU scratch (decode_workspace_layout(...).total).
 size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_parts);
 
 // Throws mla::InputError naming the field and its value for any unsupported or inconsistent

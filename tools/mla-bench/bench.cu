@@ -188,26 +188,13 @@ std::string run_bench(const Options& o) {
   p.max_pages = max_pages;
   p.scale = 1.f / std::sqrt(static_cast<float>(192));
   p.variant = o.variant;
-  // v2 ran <= 16 rows with two CTAs per SM (2 * SMs parts, as v3b does); v3a with one (SMs parts).
-  if (o.variant == 2 && o.s_q * o.heads <= 16) p.num_parts = 2 * prop.multiProcessorCount;
-  if (o.variant == 4 && o.s_q * o.heads <= 16) p.num_parts = prop.multiProcessorCount;
-  p.num_parts = p.num_parts > 0 ? p.num_parts : kernels::decode_parts_for_device(p);
+  p.num_parts = kernels::decode_parts_for_device(p);
   const size_t ws_bytes = kernels::decode_workspace_bytes_for(p);
   Dev ws(ws_bytes);
   p.workspace = ws.p;
   p.workspace_bytes = ws_bytes;
-  if (o.variant == 3) kernels::decode_v3_diagnostics(true, nullptr);
   const double us = timer.median_us([&] { kernels::mla_decode_bf16(p, nullptr); }, o.runs, o.warmup);
   ck(cudaDeviceSynchronize(), "decode");
-  if (o.variant == 3) {
-    unsigned long long d[4] = {0, 0, 0, 0};
-    kernels::decode_v3_diagnostics(false, d);
-    j["diag_consumer_wait_full_frac"] = d[0] ? double(d[1]) / double(d[0]) : 0.0;
-    j["diag_producer_wait_empty_frac"] = d[2] ? double(d[3]) / double(d[2]) : 0.0;
-    std::printf("v3 ring: consumers wait for a full stage %.1f%% of their loop cycles; producer waits for an empty "
-                "stage %.1f%% of its loop cycles\n",
-                100 * j["diag_consumer_wait_full_frac"].get<double>(), 100 * j["diag_producer_wait_empty_frac"].get<double>());
-  }
 
   // Fewest bytes: every cache row read once, q read once, out + lse written once.
   const double bytes = double(total_tokens) * dim * 2 + double(o.batch) * rows * (dim * 2 + o.d_c * 2 + 4);
@@ -221,7 +208,7 @@ std::string run_bench(const Options& o) {
   j["gbs"] = bytes / (us * 1e-6) / 1e9;
   j["tflops"] = flops / (us * 1e-6) / 1e12;
   j["parts"] = p.num_parts;
-  std::printf("decode%s B=%d H=%d s_q=%d d_c=%d d_r=%d L=%d%s%s page=%d: %.1f us, %.0f GB/s, %.1f TFLOP/s", o.variant == 2 ? "[v2]" : o.variant == 1 ? "[v3+v2sched]" : o.variant == 3 ? "[v3 diag]" : o.variant == 6 ? "[v3 fused merge]" : o.variant == 5 ? "[v3b 7a142ce]" : o.variant == 4 ? "[v3a 1CTA x 5 stages]" : o.variant == 7 ? "[v3 mma.sync 64-row]" : o.variant == 8 ? "[v5 wgmma pipelined]" : o.variant == 9 ? "[v4 wgmma 32-token]" : "", o.batch, o.heads,
+  std::printf("decode%s B=%d H=%d s_q=%d d_c=%d d_r=%d L=%d%s%s page=%d: %.1f us, %.0f GB/s, %.1f TFLOP/s", o.variant == 7 ? "[mma.sync 64-row]" : "", o.batch, o.heads,
               o.s_q, o.d_c, o.d_r, o.seqlen, o.varied ? " (varied)" : "", o.sequential_pages ? " (sequential pages)" : "", o.page, us, j["gbs"].get<double>(),
               j["tflops"].get<double>());
   if (o.ceilings) {

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   app.add_option("--seqlen", o.seqlen, "Cache length L per request")->check(CLI::Range(1, 1 << 24));
   app.add_option("--page", o.page, "Page size (64 or 128)");
   app.add_option("--sq", o.s_q, "Query tokens per request (1, or 2 for MTP)");
-  app.add_option("--variant", o.variant, "Kernel variant: 0 = current (v3b), 1 = v3b kernels + v2 one-thread scheduler, 2 = v2, 3 = v3b with ring cycle counters, 4 = v3a (1 CTA/SM x 5 stages, d_c 512), 5 = v3b without the per-tile shortcuts (7a142ce), 6 = v3 with the splits merged in the split kernel (experiment); > 16 query rows: 0 = the wgmma path with 64-token tiles (v6; v7 = 128-row blocks for > 64 rows at d_c <= 256; falls back to the mma.sync path for shapes it does not cover), 7 = the v3 mma.sync 64-row path, 9 = v4 (wgmma, 32-token tiles), 8 = v5 (v4 with S of tile i+1 overlapped with P.V of tile i)");
+  app.add_option("--variant", o.variant, "Kernel variant: 0 = the default path for the shape (<= 16 rows: the memory-bound mma.sync + bulk-copy path; more rows: the wgmma paths, v7 for > 64 rows at d_c <= 256, else v6; the mma.sync 64-row path where neither fits), 7 = the mma.sync 64-row path on any > 16-row shape")->check(CLI::IsMember({0, 7}));
   app.add_flag("--sequential-pages", o.sequential_pages, "Pages in pool order (diagnostic) instead of a random permutation");
   app.add_flag("--varied", o.varied, "Lengths uniform in [L/2, 3L/2] instead of all L");
   app.add_option("--runs", o.runs, "Timed runs (median reported)")->check(CLI::Range(3, 100000));

@@ -1,0 +1,76 @@
+#pragma once
+// Host side shared by the decode paths (internal to kernels/): the workspace carving, the
+// launch helper, and one launcher per role, each in its own .cu file:
+//   decode_schedule.cu     split-KV scheduler (+ the wgmma paths' TMA descriptor)
+//   decode_membound.cu     <= 16 query rows: mma.sync + bulk-copy producer ring
+//   decode_mma64.cu        > 16 rows, shapes the wgmma paths do not cover (and variant 7)
+//   decode_manyhead_v6.cu  > 16 rows, wgmma, 64-row blocks, warpgroups split the d_c columns
+//   decode_manyhead_v7.cu  > 64 rows at d_c <= 256 (TPLA slices), wgmma, 128-row blocks
+//   decode_combine.cu      LSE merge of a request's splits
+// mla_decode.cu checks the parameters, picks the path and launches them in order.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <utility>
+
+#include "core/error.hpp"
+#include "quant/decode_twin_bf16.hpp"
+
+namespace mla::kernels::detail {
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("mla decode: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Launches kernel on `stream`; with pdl, as a programmatic dependent launch (it may start while
+// the previous kernel runs and calls griddep_wait() before reading that kernel's output).
+template <class... Exp, class... Act>
+void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, const char* what,
+            Act&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
+}
+
+// Raises a kernel's dynamic shared-memory limit once (the first launch of that instantiation).
+template <class Kernel>
+void set_smem_limit_once(Kernel kernel, size_t bytes, bool& done, const char* what) {
+  if (done) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+  done = true;
+}
+
+// The workspace, carved as quant::decode_workspace_bytes counts it.
+struct Workspace {
+  CUtensorMap* map;  // the wgmma paths' TMA descriptor (quant::kDecodeMapBytes at the start)
+  int32_t* info;     // [num_parts * kPartInfoInts]
+  int32_t* offsets;  // [batch + 1]
+  float* lse_acc;    // [splits, rows]
+  float* o_acc;      // [splits, rows, d_c]
+};
+Workspace carve(const quant::Bf16DecodeParams& p);
+
+// Programmatic dependent launches everywhere except on the wgmma paths: there, with PDL,
+// requests with several splits came back unwritten (docs/gpu-notes.md, "v4 fixed").
+inline bool use_pdl(const quant::Bf16DecodeParams& p) { return !quant::decode_uses_v6(p); }
+
+// Scheduler; with_map: also encodes the cache's TMA descriptor (box of 64 columns x box_rows
+// tokens) and writes it into the workspace for the wgmma paths.
+void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, bool with_map, int box_rows,
+                     cudaStream_t stream);
+void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
+void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
+void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
+void launch_manyhead_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
+void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
+
+}  // namespace mla::kernels::detail

@@ -1,0 +1,217 @@
+// The many-head path (> 16 query rows, d_c >= 128, d_c + d_r <= 576; v6): wgmma, 64-row
+// blocks, 64-token tiles, the two consumer warpgroups splitting the d_c output columns.
+// FlashMLA's division of work (its first version): warpgroup 0 computes the whole
+// S = Q K^T of a 64-token tile (wgmma m64n64k16, Q and K from shared memory), runs the online
+// softmax and writes P (bf16, the wgmma K-major swizzled layout) and the per-row rescale factor
+// to shared memory; then both warpgroups issue O += P V for their half of the d_c output
+// columns (wgmma m64n(d_c/2)k16, A = P and B = V from shared memory) and do not wait for it:
+// warpgroup 0's S of the next tile queues behind the two P.V on the tensor cores. No fp32 S
+// exchange, two named barriers per 64 tokens. K tiles: 2-stage ring of one TMA box (64 columns
+// x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
+// Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
+#include "kernels/decode_device.cuh"
+#include "kernels/decode_launch.hpp"
+#include "kernels/decode_ring.cuh"
+#include "kernels/decode_softmax.cuh"
+#include "kernels/decode_store.cuh"
+#include "kernels/wgmma_ops.cuh"
+
+namespace mla::kernels::detail {
+namespace {
+
+using quant::kPartInfoInts;
+constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
+
+constexpr int kV6Stages = 2;
+
+template <int DC>
+struct V6Cfg {
+  static constexpr int kNHalf = DC / 2;     // O columns per warpgroup
+  static constexpr int kOReg = kNHalf / 2;  // fp32 accumulators per thread
+  // 1 KB alignment slack, Q, the ring, P (64 x 64 bf16), 3 x 64 row floats, mbarriers.
+  static constexpr size_t smem_bytes(int dim) {
+    const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
+    return 1024 + nblk * 8192 + kV6Stages * nblk * 8192 + 8192 + 3 * 64 * 4 + 256;
+  }
+};
+
+template <int DC>
+__global__ void __launch_bounds__(kWgmmaThreads, 1)
+    decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
+                           const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = V6Cfg<DC>;
+  constexpr int S = kV6Stages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* gbase = smem_raw + (base - raw);
+  const int dim = DC + p.d_r;
+  const int nblk = (dim + 63) / 64;
+  const int nk = dim / 16;
+  const uint32_t stage_bytes = nblk * 8192;
+  const uint32_t sQ = base;
+  const uint32_t sK = sQ + nblk * 8192;
+  const uint32_t sP = sK + S * stage_bytes;
+  float* sScale = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] alpha of the tile
+  float* sInvL = sScale + 64;                                            // [64] 1 / l (epilogue)
+  float* sLse = sInvL + 64;                                              // [64] (epilogue)
+  const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  init_ring(bar0, S);
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+  const int row0 = blockIdx.y * 64;
+
+  if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
+    return;
+  }
+  // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp / 4, wiw = warp % 4;
+  const int g = lane / 4, tq = lane % 4;
+  const float scale_log2 = p.scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  int lrow[2], lim_off[2];  // this thread's two rows in the block, and their causal offsets
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lrow[h] = wiw * 16 + g + 8 * h;
+    const int tok = min((row0 + lrow[h]) / p.heads, p.s_q - 1);
+    lim_off[h] = p.s_q - 1 - tok;
+  }
+  int split = in[4];
+  int it = 0;
+  for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kTileTokens);
+    const int n_split = offsets[b + 1] - offsets[b];
+    named_bar_sync(1, 256);  // the previous segment is done with Q and the row floats
+    load_q_rows(p, b, row0, sQ, threadIdx.x, 256);
+    named_bar_sync(1, 256);
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};  // warpgroup 0 only
+    float acc[C::kOReg];
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
+    int pending = -1;  // tile counter of the stage this warp still has to release
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      const uint32_t tile = sK + stage * stage_bytes;
+      gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      if (pending >= 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar0 + 8 * (S + pending % S));
+        pending = -1;
+      }
+      float alpha[2] = {1.f, 1.f};
+      if (wg == 0) {
+        mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        const int j0 = ti * kTileTokens;
+        const int valid = tile_valid_rows<kTileTokens>(p, b, L, ti);
+        if (valid < kTileTokens) {
+          zero_tail_rows<kTileTokens>(tile, valid, nblk, threadIdx.x, 128);
+          named_bar_sync(2, 128);
+        }
+        float sv[32];
+        compute_s64(sv, sQ, tile, nk);
+        softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+        named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = lrow[h];
+            const uint32_t v = pack_bf16(sv[n * 4 + 2 * h], sv[n * 4 + 2 * h + 1]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq), "r"(v)
+                         : "memory");
+          }
+        if (tq == 0) {
+          sScale[lrow[0]] = alpha[0];
+          sScale[lrow[1]] = alpha[1];
+        }
+        fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
+        named_bar_sync(4, 256);
+      } else {
+        named_bar_sync(3, 256);
+        named_bar_sync(4, 256);  // P, the row factors and the zeroed tail rows are visible
+        alpha[0] = sScale[lrow[0]];
+        alpha[1] = sScale[lrow[1]];
+      }
+      // ---- O = O * alpha + P V over this warpgroup's d_c / 2 columns; not waited for here ----
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      gmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t da = gmma_desc(sP + ks * 32, 16, 1024);
+        const uint64_t dv = gmma_desc(tile + wg * (DC / 128) * 8192 + ks * 2048, 8192, 1024);
+        if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
+        else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
+        else gmma::wgmma_ss_n64_tb(acc, da, dv);
+      }
+      gmma::commit();
+      pending = it;
+    }
+    // ---- epilogue ----
+    gmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+    if (pending >= 0) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + pending % S));
+    }
+    if (wg == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (tq == 0) {
+          sInvL[lrow[h]] = l > 0.f ? 1.f / l : 0.f;
+          sLse[lrow[h]] = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
+        }
+      }
+    }
+    named_bar_sync(5, 256);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + lrow[h];
+      if (r >= rows) continue;
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, wg * C::kNHalf + 2 * tq, C::kNHalf / 8,
+                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, sInvL[lrow[h]],
+                sLse[lrow[h]], wg == 0 && tq == 0);
+    }
+  }
+}
+
+template <int DC>
+void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  static bool attr_set = false;
+  auto kernel = decode_split_v6_kernel<DC>;
+  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "cudaFuncSetAttribute(many-head path v6)");
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
+         "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+}
+
+}  // namespace
+
+void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  switch (p.d_c) {
+    case 128: launch_for_dc<128>(p, w, row_blocks, stream); break;
+    case 256: launch_for_dc<256>(p, w, row_blocks, stream); break;
+    case 512: launch_for_dc<512>(p, w, row_blocks, stream); break;
+    default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c) + " on the v6 path");
+  }
+}
+
+}  // namespace mla::kernels::detail

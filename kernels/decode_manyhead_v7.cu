@@ -1,0 +1,169 @@
+// The TPLA-slice path (> 64 query rows at d_c <= 256, d_c + d_r <= 320; v7): wgmma, 128-row
+// blocks, 64-token tiles.
+// Each consumer warpgroup owns 64 rows and the whole d_c (O: 64 x d_c fp32 in registers), so
+// the two warpgroups never exchange anything: each runs S = Q K^T (wgmma m64n64k16 from shared
+// memory), the online softmax, and O += P V with P from registers (wgmma m64n(d_c)k16, V
+// MN-major) on the same K tile; while one runs its softmax the other's wgmmas keep the tensor
+// cores busy. One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
+// its half-size cache once instead of once per 64-row block (v6). Tile 64 as v6 and the twin.
+#include "kernels/decode_device.cuh"
+#include "kernels/decode_launch.hpp"
+#include "kernels/decode_ring.cuh"
+#include "kernels/decode_softmax.cuh"
+#include "kernels/decode_store.cuh"
+#include "kernels/wgmma_ops.cuh"
+
+namespace mla::kernels::detail {
+namespace {
+
+using quant::kPartInfoInts;
+constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
+
+constexpr int kV7Stages = 3;
+
+template <int DC>
+struct V7Cfg {
+  static constexpr int kOReg = DC / 2;  // fp32 accumulators per thread: 64 x DC / 128
+  // 1 KB alignment slack, Q (two 64-row halves), the ring, mbarriers.
+  static constexpr size_t smem_bytes(int dim) {
+    const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
+    return 1024 + 2 * nblk * 8192 + kV7Stages * nblk * 8192 + 256;
+  }
+};
+
+template <int DC>
+__global__ void __launch_bounds__(kWgmmaThreads, 1)
+    decode_split_v7_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
+                           const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = V7Cfg<DC>;
+  constexpr int S = kV7Stages;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  const int dim = DC + p.d_r;
+  const int nblk = (dim + 63) / 64;
+  const int nk = dim / 16;
+  const uint32_t stage_bytes = nblk * 8192;
+  const uint32_t sQ = base;  // warpgroup w's 64 rows at sQ + w * nblk * 8192
+  const uint32_t sK = sQ + 2 * nblk * 8192;
+  const uint32_t bar0 = sK + S * stage_bytes;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  init_ring(bar0, S);
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+  const int row0 = blockIdx.y * 128;
+
+  if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads (as v6) ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp / 4, wiw = warp % 4, tid = threadIdx.x % 128;
+  const int g = lane / 4, tq = lane % 4;
+  const float scale_log2 = p.scale * kLog2e;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const uint32_t myQ = sQ + wg * nblk * 8192;
+  const int wrow0 = row0 + wg * 64;  // this warpgroup's first row
+  int my_row[2], lim_off[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    my_row[h] = wrow0 + wiw * 16 + g + 8 * h;
+    const int tok = min(my_row[h] / p.heads, p.s_q - 1);
+    lim_off[h] = p.s_q - 1 - tok;
+  }
+  int split = in[4];
+  int it = 0;
+  for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kTileTokens);
+    const int n_split = offsets[b + 1] - offsets[b];
+    load_q_rows(p, b, wrow0, myQ, tid, 128);  // this warpgroup's Q rows (its previous S is complete)
+    named_bar_sync(1 + wg, 128);
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
+    float acc[C::kOReg];
+#pragma unroll
+    for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      const uint32_t tile = sK + stage * stage_bytes;
+      mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+      const int j0 = ti * kTileTokens;
+      const int valid = tile_valid_rows<kTileTokens>(p, b, L, ti);
+      if (valid < kTileTokens) {  // both warpgroups see the same valid: they zero the tail together
+        zero_tail_rows<kTileTokens>(tile, valid, nblk, threadIdx.x, 256);
+        named_bar_sync(3, 256);
+      }
+      float sv[32];
+      compute_s64(sv, myQ, tile, nk);
+      float alpha[2];
+      softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+      uint32_t pa[4][4];  // P as wgmma A fragments, one per 16-token k-step
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const int n0 = 2 * ks, n1 = 2 * ks + 1;
+        pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+        pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+        pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+        pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
+      }
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      gmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const uint64_t dv = gmma_desc(tile + ks * 2048, 8192, 1024);
+        if constexpr (DC == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
+        else gmma::wgmma_rs_n128(acc, pa[ks], dv);
+      }
+      gmma::commit();
+      gmma::wait<0>();
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + stage));
+    }
+    // ---- epilogue: this warpgroup's rows, all d_c columns ----
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+      l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+      const int r = my_row[h];
+      if (r >= rows) continue;
+      const float l = l_run[h];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
+      store_row(p, o_acc, lse_acc, b, split, n_split, r, 2 * tq, DC / 8,
+                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, inv, lse, tq == 0);
+    }
+  }
+}
+
+template <int DC>
+void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  static bool attr_set = false;
+  auto kernel = decode_split_v7_kernel<DC>;
+  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "cudaFuncSetAttribute(many-head path v7)");
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
+         "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+}
+
+}  // namespace
+
+void launch_manyhead_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  switch (p.d_c) {
+    case 128: launch_for_dc<128>(p, w, row_blocks, stream); break;
+    case 256: launch_for_dc<256>(p, w, row_blocks, stream); break;
+    default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c) + " on the v7 path");
+  }
+}
+
+}  // namespace mla::kernels::detail

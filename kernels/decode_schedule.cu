@@ -1,0 +1,127 @@
+// Split-KV scheduler: quant::compute_decode_schedule's closed form on the device (one thread
+// per request, block-wide prefix sums over chunks of kSchedThreads requests); same output as
+// the host. It also hands the wgmma paths their TMA descriptor through the workspace.
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/decode_device.cuh"
+#include "kernels/decode_launch.hpp"
+#include "kernels/mla_decode.hpp"
+
+namespace mla::kernels {
+namespace detail {
+namespace {
+
+using quant::kPartInfoInts;
+
+// quant::compute_decode_schedule's closed form with one thread per request
+// (block-wide prefix sums over chunks of kSchedThreads requests). Same output as the host.
+constexpr int kSchedThreads = 512;
+__global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
+                                                                        int tile, int parts, int32_t* info,
+                                                                        int32_t* offsets,
+                                                                        const CUtensorMap map, CUtensorMap* map_out) {
+  using Scan = cub::BlockScan<long long, kSchedThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  griddep_launch_dependents();  // the split kernel may start its prologue; it waits for us
+  const int tid = threadIdx.x;
+  if (map_out != nullptr && tid == 0) {  // the wgmma path's TMA descriptor, into the workspace
+    *map_out = map;
+    asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
+  }
+  long long mine = 0;
+  for (int b = tid; b < batch; b += kSchedThreads) mine += quant::decode_tiles(seqlens[b], tile) + quant::kFixedCost;
+  long long ignore = 0, total = 0;
+  Scan(tmp).ExclusiveSum(mine, ignore, total);
+  __syncthreads();
+  const long long per_part = (total + parts - 1) / parts;
+  long long carry_s = 0, carry_off = 0;
+  for (int base = 0; base < batch; base += kSchedThreads) {
+    const int b = base + tid;
+    const bool valid = b < batch;
+    const int n_b = valid ? quant::decode_tiles(seqlens[b], tile) : 0;
+    long long s_b = 0, agg_s = 0;
+    Scan(tmp).ExclusiveSum(valid ? static_cast<long long>(n_b + quant::kFixedCost) : 0LL, s_b, agg_s);
+    __syncthreads();
+    s_b += carry_s;
+    const long long segs =
+        valid ? quant::decode_last_part(s_b, n_b, per_part) - quant::decode_first_part(s_b, per_part) + 1 : 0;
+    long long off_b = 0, agg_off = 0;
+    Scan(tmp).ExclusiveSum(segs, off_b, agg_off);
+    __syncthreads();
+    off_b += carry_off;
+    if (valid) {
+      offsets[b] = static_cast<int32_t>(off_b);
+      quant::decode_write_parts_of_request(b, s_b, n_b, static_cast<int>(off_b), per_part, parts, info);
+    }
+    carry_s += agg_s;
+    carry_off += agg_off;
+  }
+  const long long first_empty = (total + per_part - 1) / per_part;
+  for (long long pp = first_empty + tid; pp < parts; pp += kSchedThreads)
+    quant::decode_write_tail_part(static_cast<int>(pp), batch, static_cast<int>(carry_off), info);
+  __syncthreads();
+  if (tid == 0) {
+    offsets[batch] = static_cast<int32_t>(carry_off);
+    info[(parts - 1) * kPartInfoInts + 2] = batch;
+    info[(parts - 1) * kPartInfoInts + 3] = 0;
+  }
+}
+
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn fn = nullptr;
+  if (fn == nullptr) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q),
+               "driver entry point cuTensorMapEncodeTiled");
+    if (f == nullptr || q != cudaDriverEntryPointSuccess) throw Error("mla decode: cuTensorMapEncodeTiled not found");
+    fn = reinterpret_cast<EncodeTiledFn>(f);
+  }
+  return fn;
+}
+// The cache as a 2-D tensor [num_pages * page_size rows, d_c + d_r] bf16; box 64 columns x
+// box_rows tokens (the path's tile: 32 for v4/v5, 64 for v6), 128-byte swizzle (the wgmma K-major layout); columns past d_c + d_r read as zeros.
+CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dim = static_cast<cuuint64_t>(p.d_c + p.d_r);
+  const cuuint64_t gdim[2] = {dim, static_cast<cuuint64_t>(p.num_pages) * p.page_size};
+  const cuuint64_t gstride[1] = {dim * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache), gdim,
+                                    gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw Error("mla decode: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return m;
+}
+
+// The 32-token wgmma kernel (> 16 rows): variant 9 = v4, variant 8 = v5 (pipelined). Needs
+// d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages + exchange within 227 KB (d_r <= 64 at
+
+}  // namespace
+
+void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, bool with_map, int box_rows,
+                     cudaStream_t stream) {
+  // A __grid_constant__ map parameter was read stale by launches that followed other launches
+  // (docs/gpu-notes.md, v4): the scheduler writes it into the workspace instead.
+  const CUtensorMap map = with_map ? make_kv_map(p, box_rows) : CUtensorMap{};
+  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, tile, p.num_parts, w.info, w.offsets,
+                                                           map, with_map ? w.map : nullptr);
+  check_cuda(cudaGetLastError(), "schedule launch");
+}
+
+}  // namespace detail
+
+void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
+                               int32_t* offsets, cudaStream_t stream) {
+  detail::decode_schedule_kernel<<<1, detail::kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info,
+                                                                           offsets, CUtensorMap{}, nullptr);
+  detail::check_cuda(cudaGetLastError(), "schedule launch");
+}
+
+}  // namespace mla::kernels

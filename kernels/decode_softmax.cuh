@@ -1,0 +1,66 @@
+#pragma once
+// The many-head paths' per-tile math on the tensor cores: S = Q K^T for a 64-token tile, and the
+// online softmax of a tile of S held in wgmma accumulators (the rounding points of the twin).
+#include "kernels/decode_device.cuh"
+#include "kernels/wgmma_ops.cuh"
+
+namespace mla::kernels::detail {
+
+// S = Q K^T for one 64-token tile, completed: 64 query rows at sq, the tile's 64 keys at tile
+// (both 128-byte-swizzled K-major blocks of 8 KB), nk k-steps of 16, wgmma m64n64k16.
+__device__ __forceinline__ void compute_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    sv[i] = 0.f;
+    gmma::fence_operand(sv[i]);
+  }
+  gmma::fence();
+  for (int kk = 0; kk < nk; ++kk) {
+    const uint32_t kb = kk * 32;  // byte column: block kb / 128, 32-byte step within it
+    gmma::wgmma_ss_n64(sv, gmma_desc(sq + (kb >> 7) * 8192 + (kb & 127), 16, 1024),
+                       gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024));
+  }
+  gmma::commit();
+  gmma::wait<0>();
+#pragma unroll
+  for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+}
+// Online softmax of one tile of S held as NV accumulators (wgmma m64n(NV/2) layout: this
+// thread's rows g and g + 8 of its warp's 16, columns 8 n + 2 tq + {0, 1}, tile columns from
+// token j0): scale into base 2, causal/length mask, running max/sum update (rows live in one
+// quad); sv becomes P (fp32), alpha the factor for O.
+template <int NV>
+__device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, const int (&lim_off)[2], int tq,
+                                             float scale_log2, float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const int h = (i >> 1) & 1;
+    const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+    const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
+    sv[i] = x;
+    tmax[h] = fmaxf(tmax[h], x);
+  }
+  float m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    const float m_new = fmaxf(m_run[h], tmax[h]);
+    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+    alpha[h] = exp2f(m_run[h] - m_use[h]);
+    m_run[h] = m_new;
+  }
+  float lsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
+    lsum[(i >> 1) & 1] += pv;
+    sv[i] = pv;
+  }
+  l_run[0] = l_run[0] * alpha[0] + lsum[0];
+  l_run[1] = l_run[1] * alpha[1] + lsum[1];
+}
+
+}  // namespace mla::kernels::detail

@@ -1,0 +1,71 @@
+#pragma once
+// The end of a split, shared by every decode path: the row store (bf16 output when the request
+// has one split, else fp32 partial + LSE into the workspace) and the LSE merge of a request's
+// splits (the combine kernel's arithmetic).
+#include "kernels/decode_device.cuh"
+#include "quant/decode_twin_bf16.hpp"
+
+namespace mla::kernels::detail {
+
+// Writes one query row's output columns held by this thread: pair(n) is the (unscaled) fp32
+// pair for columns col0 + 8 n + {0, 1}, n < npairs, scaled by inv; bf16 into out when the
+// request has one split, else fp32 into its split's partial. with_lse also writes the row's LSE.
+template <class Pair>
+__device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, float* o_acc, float* lse_acc, int b,
+                                          int split, int n_split, int r, int col0, int npairs, Pair pair, float inv,
+                                          float lse, bool with_lse) {
+  const int rows = p.s_q * p.heads;
+  if (n_split == 1) {
+    bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c + col0;
+#pragma unroll
+    for (int n = 0; n < npairs; ++n) {
+      const float2 v = pair(n);
+      *reinterpret_cast<__nv_bfloat162*>(dst + n * 8) = __floats2bfloat162_rn(v.x * inv, v.y * inv);
+    }
+    if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+  } else {
+    float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * p.d_c + col0;
+#pragma unroll
+    for (int n = 0; n < npairs; ++n) {
+      const float2 v = pair(n);
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(v.x * inv, v.y * inv);
+    }
+    if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+  }
+}
+
+// Merges splits [s0, s1) of request b, row r by their natural-log LSE in fp32 (threads t of
+// `threads`, 4 columns each): the combine kernel's arithmetic. Partials are read through L2 (__ldcg): other CTAs wrote them.
+__device__ __forceinline__ void merge_splits_row(const quant::Bf16DecodeParams& p, const float* o_acc,
+                                                 const float* lse_acc, int b, int r, int s0, int s1, int t,
+                                                 int threads) {
+  const int rows = p.s_q * p.heads;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float m = neg_inf;
+  for (int s = s0; s < s1; ++s) m = fmaxf(m, __ldcg(lse_acc + static_cast<size_t>(s) * rows + r));
+  float lse = neg_inf;
+  if (m != neg_inf) {
+    float sum = 0.f;
+    for (int s = s0; s < s1; ++s) sum += expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - m);
+    lse = m + logf(sum);
+  }
+  bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c;
+  for (int c = t * 4; c < p.d_c; c += threads * 4) {
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m != neg_inf) {
+      for (int s = s0; s < s1; ++s) {
+        const float w = expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - lse);
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(s) * rows + r) * p.d_c + c));
+        o.x += w * v.x;
+        o.y += w * v.y;
+        o.z += w * v.z;
+        o.w += w * v.w;
+      }
+    }
+    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
+  }
+  if (t == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+}
+
+}  // namespace mla::kernels::detail
