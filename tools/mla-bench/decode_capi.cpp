@@ -1,0 +1,76 @@
+// A C entry point to the BF16 decode launcher, for peer benchmarks driven from Python (ctypes,
+// tools/mla-bench/peer_flashmla.py): FlashMLA and this kernel then run in one process, on the
+// same device tensors (queries, cache, page table, lengths) and the same stream, interleaved.
+// Not a product interface: the C++ API is kernels/mla_decode.hpp.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "kernels/mla_decode.hpp"
+
+namespace {
+mla::kernels::Bf16DecodeParams make_params(const void* q, const void* kv_cache, const int32_t* page_table,
+                                           const int32_t* seqlens, void* out, float* lse, int batch, int s_q,
+                                           int heads, int d_c, int d_r, int num_pages, int page_size, int max_pages,
+                                           float scale, int variant) {
+  mla::kernels::Bf16DecodeParams p;
+  p.q = static_cast<const uint16_t*>(q);
+  p.kv_cache = static_cast<const uint16_t*>(kv_cache);
+  p.page_table = page_table;
+  p.seqlens = seqlens;
+  p.out = static_cast<uint16_t*>(out);
+  p.lse = lse;
+  p.batch = batch;
+  p.s_q = s_q;
+  p.heads = heads;
+  p.d_c = d_c;
+  p.d_r = d_r;
+  p.num_pages = num_pages;
+  p.page_size = page_size;
+  p.max_pages = max_pages;
+  p.scale = scale;
+  p.variant = variant;
+  return p;
+}
+void set_error(char* err, size_t err_len, const char* what) {
+  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", what);
+}
+}  // namespace
+
+extern "C" {
+
+// Parts the launcher uses for this shape on the current device (0 on error), and the workspace
+// bytes it needs with that many parts.
+int mla_decode_capi_parts(int batch, int s_q, int heads, int d_c, int d_r, int variant, size_t* workspace_bytes) {
+  try {
+    auto p = make_params(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, batch, s_q, heads, d_c, d_r, 1, 64, 1,
+                         1.f, variant);
+    p.num_parts = mla::kernels::decode_parts_for_device(p);
+    *workspace_bytes = mla::kernels::decode_workspace_bytes_for(p);
+    return p.num_parts;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// mla::kernels::mla_decode_bf16 on `stream` (a cudaStream_t); 0 on success, else 1 with the
+// error's message in err.
+int mla_decode_capi_run(const void* q, const void* kv_cache, const int32_t* page_table, const int32_t* seqlens,
+                        void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
+                        int page_size, int max_pages, float scale, int variant, int num_parts, void* workspace,
+                        size_t workspace_bytes, void* stream, char* err, size_t err_len) {
+  try {
+    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
+                         max_pages, scale, variant);
+    p.num_parts = num_parts;
+    p.workspace = workspace;
+    p.workspace_bytes = workspace_bytes;
+    mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+    return 1;
+  }
+}
+
+}  // extern "C"

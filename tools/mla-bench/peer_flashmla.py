@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Times our BF16 paged MLA decode beside FlashMLA's flash_mla_with_kvcache, in one process.
+
+Both run on the same device tensors (queries, paged cache, page table, lengths) on the same
+stream, interleaved call by call (the order alternates), each call after an L2 flush and a
+short GPU spin so that host-side launch work never shows in the timed region; CUDA events
+around the call; median over runs. The device's copy bandwidth and bf16 GEMM rate are measured
+in the same process and give each shape's roofline floor.
+
+Ours is reached through tools/mla-bench/libmla_decode_capi.so (a C entry point to
+kernels::mla_decode_bf16, ctypes): no torch extension to build, and the exact launcher other
+code calls. FlashMLA comes from a local build (PYTHONPATH), never from this repository.
+
+Shapes (--suite issue10): H in {16, 64, 128} x L in {4K, 8K, 32K} x s_q in {1, 2} at d_c = 512,
+d_r = 64, B = 128, page 64; and the TPLA ranks (ours: H = 128 at d_c = 256, H = 64 at d_c = 256,
+H = 128 at d_c = 128) against FlashMLA's head-parallel rank of the same tensor-parallel degree
+(H = 64 or 32 at d_c = 512): per-device time.
+
+    PYTHONPATH=.peer/flashmla python3 tools/mla-bench/peer_flashmla.py \
+        --lib build/tools/mla-bench/libmla_decode_capi.so --suite issue10 --json out.json
+"""
+import argparse
+import ctypes
+import json
+import math
+import statistics
+import sys
+
+import torch
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True, help="path to libmla_decode_capi.so")
+    ap.add_argument("--suite", default="issue10", choices=["issue10", "quick"], help="which shapes")
+    ap.add_argument("--runs", type=int, default=30, help="timed calls per implementation and shape (median)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
+    ap.add_argument("--no-peer", action="store_true", help="time ours only (FlashMLA not importable)")
+    ap.add_argument("--json", help="write every figure here")
+    return ap.parse_args()
+
+
+class Ours:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.mla_decode_capi_parts.restype = ctypes.c_int
+        self.lib.mla_decode_capi_parts.argtypes = [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)]
+        f = self.lib.mla_decode_capi_run
+        f.restype = ctypes.c_int
+        f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 9 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+        self.err = ctypes.create_string_buffer(1024)
+
+    def prepare(self, case, variant):
+        ws_bytes = ctypes.c_size_t(0)
+        parts = self.lib.mla_decode_capi_parts(case.batch, case.s_q, case.heads, case.d_c, case.d_r, variant,
+                                               ctypes.byref(ws_bytes))
+        if parts <= 0:
+            raise RuntimeError(f"mla_decode_capi_parts failed for {case.name}")
+        ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
+        out = torch.empty(case.batch, case.s_q, case.heads, case.d_c, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(case.batch, case.s_q, case.heads, dtype=torch.float32, device="cuda")
+        c = case
+        args = (c.q.data_ptr(), c.cache.data_ptr(), c.table.data_ptr(), c.seqlens.data_ptr(), out.data_ptr(),
+                lse.data_ptr(), c.batch, c.s_q, c.heads, c.d_c, c.d_r, c.num_pages, c.page, c.max_pages,
+                c.scale, variant, parts, ws.data_ptr(), ws_bytes.value)
+
+        def run():
+            stream = torch.cuda.current_stream().cuda_stream
+            if self.lib.mla_decode_capi_run(*args, ctypes.c_void_p(stream), self.err, 1024) != 0:
+                raise RuntimeError(f"mla_decode_bf16 ({case.name}): {self.err.value.decode()}")
+            return out, lse
+
+        run.keep = (ws, out, lse)
+        return run, parts
+
+
+class Case:
+    """A random paged decode problem: pages a random permutation of the pool (FlashMLA's tests'
+    layout), values randn / 10 clamped to [-1, 1] (their data), all requests of length L."""
+
+    def __init__(self, batch, heads, s_q, d_c, d_r, seqlen, page, seed):
+        self.batch, self.heads, self.s_q, self.d_c, self.d_r, self.seqlen, self.page = (
+            batch, heads, s_q, d_c, d_r, seqlen, page)
+        self.dim = d_c + d_r
+        self.name = f"B={batch} H={heads} s_q={s_q} d_c={d_c} L={seqlen}"
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.max_pages = (seqlen + page - 1) // page
+        self.num_pages = batch * self.max_pages
+        perm = torch.randperm(self.num_pages, device="cuda", generator=g).to(torch.int32)
+        self.table = perm.view(batch, self.max_pages).contiguous()
+        self.seqlens = torch.full((batch,), seqlen, dtype=torch.int32, device="cuda")
+        self.cache = (torch.randn(self.num_pages, page, 1, self.dim, device="cuda", generator=g) / 10).clamp_(-1, 1)
+        self.cache = self.cache.to(torch.bfloat16)
+        self.q = (torch.randn(batch, s_q, heads, self.dim, device="cuda", generator=g) / 10).clamp_(-1, 1)
+        self.q = self.q.to(torch.bfloat16)
+        self.scale = 1.0 / math.sqrt(self.dim)
+        self.rows = s_q * heads
+        self.bytes = batch * seqlen * self.dim * 2 + batch * self.rows * (self.dim * 2 + d_c * 2 + 4)
+        self.flops = 2.0 * batch * self.rows * seqlen * (self.dim + d_c)
+
+
+def flashmla_runner(case):
+    import flash_mla
+    sched, _ = flash_mla.get_mla_metadata()
+
+    def run():
+        return flash_mla.flash_mla_with_kvcache(case.q, case.cache, case.table, case.seqlens, case.d_c, sched, None,
+                                                softmax_scale=case.scale, causal=case.s_q > 1)
+
+    run()  # the first call computes and keeps the tile-scheduler metadata (not timed, as in serving)
+    return run
+
+
+class Timer:
+    def __init__(self):
+        props = torch.cuda.get_device_properties(0)
+        self.flush = torch.empty(2 * props.L2_cache_size, dtype=torch.uint8, device="cuda")
+        self.a = torch.cuda.Event(enable_timing=True)
+        self.b = torch.cuda.Event(enable_timing=True)
+
+    def once(self, fn):
+        self.flush.zero_()
+        torch.cuda._sleep(200_000)  # ~0.1 ms of GPU spin: the host enqueues fn before the GPU gets there
+        self.a.record()
+        fn()
+        self.b.record()
+        self.b.synchronize()
+        return self.a.elapsed_time(self.b) * 1e3
+
+
+def ceilings(timer):
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    copy_us = statistics.median(timer.once(lambda: dst.copy_(src)) for _ in range(15))
+    del src, dst
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b)
+    gemm_us = statistics.median(timer.once(lambda: torch.matmul(a, b)) for _ in range(15))
+    return {"copy_gbs": 2.0 * n / (copy_us * 1e-6) / 1e9, "gemm_tflops": 2.0 * 8192**3 / (gemm_us * 1e-6) / 1e12}
+
+
+def interleaved(timer, fns, runs, warmup):
+    for _ in range(warmup):
+        for f in fns:
+            f()
+    times = [[] for _ in fns]
+    for r in range(runs):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            times[i].append(timer.once(fns[i]))
+    return [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+
+
+def roofline(case, ceil):
+    t_mem = case.bytes / (ceil["copy_gbs"] * 1e9) * 1e6
+    t_math = case.flops / (ceil["gemm_tflops"] * 1e12) * 1e6
+    return max(t_mem, t_math), ("memory" if t_mem >= t_math else "math")
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+def suite(name):
+    B, P = 128, 64
+    if name == "quick":
+        return [("h128_sq1_l8k", (B, 128, 1, 512, 8192), (B, 128, 1, 512, 8192)),
+                ("tpla_tp2_h128_dc256_l32k", (B, 128, 1, 256, 32768), (B, 64, 1, 512, 32768))]
+    out = []
+    for L in (4096, 8192, 32768):
+        for H in (16, 64, 128):
+            for sq in (1, 2):
+                out.append((f"h{H}_sq{sq}_l{L // 1024}k", (B, H, sq, 512, L), (B, H, sq, 512, L)))
+    for L in (8192, 32768):
+        out.append((f"tpla_tp2_h128_dc256_l{L // 1024}k", (B, 128, 1, 256, L), (B, 64, 1, 512, L)))
+        out.append((f"tpla_tp4_h64_dc256_l{L // 1024}k", (B, 64, 1, 256, L), (B, 32, 1, 512, L)))
+        out.append((f"tpla_tp4_h128_dc128_l{L // 1024}k", (B, 128, 1, 128, L), (B, 32, 1, 512, L)))
+    return out
+
+
+def main():
+    args = parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ours = Ours(args.lib)
+    timer = Timer()
+    peer_ok = not args.no_peer
+    if peer_ok:
+        try:
+            import flash_mla  # noqa: F401
+        except ImportError as e:
+            print(f"FlashMLA not importable ({e}): timing ours only", file=sys.stderr)
+            peer_ok = False
+    props = torch.cuda.get_device_properties(0)
+    ceil = ceilings(timer)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
+          f"{ceil['copy_gbs']:.0f} GB/s (read + write, 1 GiB), bf16 GEMM 8192^3 {ceil['gemm_tflops']:.1f} TFLOP/s",
+          flush=True)
+    results = {"device": props.name, "ceilings": ceil, "runs": args.runs, "variant": args.variant, "shapes": {}}
+    hdr = (f"{'shape':<26} {'ours us':>9} {'floor us':>9} {'ours % floor':>12} {'FlashMLA us':>11} "
+           f"{'FM % floor':>10} {'FM / ours':>9}  check")
+    print(hdr)
+    for idx, (name, our_shape, peer_shape) in enumerate(suite(args.suite)):
+        B, H, sq, dc, L = our_shape
+        mine = Case(B, H, sq, dc, 64, L, 64, seed=1000 + idx)
+        run_ours, parts = ours.prepare(mine, args.variant)
+        fns, peer_case, check = [run_ours], None, ""
+        if peer_ok:
+            if peer_shape == our_shape:
+                peer_case = mine
+            else:
+                pB, pH, psq, pdc, pL = peer_shape
+                peer_case = Case(pB, pH, psq, pdc, 64, pL, 64, seed=2000 + idx)
+            fns.append(flashmla_runner(peer_case))
+            if peer_case is mine:  # same inputs: the two outputs must agree to bf16 rounding
+                o1, l1 = run_ours()
+                o2, l2 = fns[1]()
+                torch.cuda.synchronize()
+                check = f"out rel_l2 {rel_l2(o1, o2):.1e}, lse max|d| {(l1 - l2.transpose(1, 2)).abs().max().item():.1e}"
+        med, rng = interleaved(timer, fns, args.runs, args.warmup)
+        floor, bound = roofline(mine, ceil)
+        row = {"ours_shape": our_shape, "ours_us": med[0], "ours_range_us": rng[0], "parts": parts,
+               "floor_us": floor, "bound": bound, "ours_frac_floor": floor / med[0],
+               "ours_tflops": mine.flops / (med[0] * 1e-6) / 1e12, "ours_gbs": mine.bytes / (med[0] * 1e-6) / 1e9}
+        line = f"{name:<26} {med[0]:9.1f} {floor:9.1f} {100 * floor / med[0]:11.1f}%"
+        if peer_case is not None:
+            pfloor, pbound = roofline(peer_case, ceil)
+            row.update({"peer_shape": peer_shape, "flashmla_us": med[1], "flashmla_range_us": rng[1],
+                        "flashmla_floor_us": pfloor, "flashmla_frac_floor": pfloor / med[1],
+                        "ratio_flashmla_over_ours": med[1] / med[0], "check": check})
+            line += f" {med[1]:11.1f} {100 * pfloor / med[1]:9.1f}% {med[1] / med[0]:8.2f}x  {check}"
+        print(line, flush=True)
+        results["shapes"][name] = row
+        del mine, peer_case, fns, run_ours
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
