@@ -59,9 +59,11 @@ struct Workspace {
 };
 Workspace carve(const quant::Bf16DecodeParams& p);
 
-// Programmatic dependent launches everywhere except on the wgmma paths: there, with PDL,
-// requests with several splits came back unwritten (docs/gpu-notes.md, "v4 fixed").
-inline bool use_pdl(const quant::Bf16DecodeParams& p) { return !quant::decode_uses_v6(p); }
+// No programmatic dependent launch on any path: with it, requests with several splits came back
+// unwritten on the wgmma paths (docs/gpu-notes.md, "v4 fixed") and once on the memory-bound path
+// (GraphCaptureReplaysTheSameResult, issue 10's first run); it gained 0.5-1%. The kernels keep
+// their griddep_wait() (a no-op without the attribute) so it can be switched back here.
+inline bool use_pdl(const quant::Bf16DecodeParams&) { return false; }
 
 // Scheduler; with_map: also encodes the cache's TMA descriptor (box of 64 columns x box_rows
 // tokens) and writes it into the workspace for the wgmma paths.
