@@ -1,0 +1,73 @@
+#pragma once
+// FP8 paged absorbed-MLA decode (SnapMLA on Hopper): the parameter block shared by the CUDA
+// kernel (kernels/fp8_decode.hpp) and its CPU twin below. The cache is the paged FP8 format of
+// quant/fp8_cache_layout.hpp; the query is quantised per (token, head) row beforehand
+// (fp8_quantize_query_twin / kernels' fp8_quantize_query).
+//
+// What is computed: the BF16 decode's function (quant/decode_twin_bf16.hpp: causal rule for
+// s_q = 2, output [batch, s_q, heads, d_c] bf16, natural-log LSE) on the dequantised cache and
+// query, with these rounding points (the GPU's, in the twin's order of additions):
+//   acc_j  = sum_i q8_i x8_ji + sum_i q_rope_i k_rope_ji      fp32 (e4m3 and bf16 products exact)
+//   x_j    = (acc_j * s_kj) * (s_q * scale * log2 e)          fp32, base-2 logit
+//   per 64-token tile (one P block): m_new = max(m, max_j x_j), alpha = 2^(m - m_new),
+//   p_j    = 2^(x_j - m_new);  sum_p = sum_j p_j              (masked tokens: p = 0)
+//   P'_j   = p_j * s_kj                                        (s_k folded into P; masked: 0)
+//   sigma' = max_j P'_j / 448 (unchanged when that max is 0); inv = 1 / sigma'
+//   P8_j   = E4M3(P'_j * inv)                                  (P re-quantised per block)
+//   gamma  = alpha * (sigma * inv)                             (block scale folded into the
+//   l      = l gamma + sum_p inv;  o_c = o_c gamma + sum_j P8_j x8_jc     online softmax)
+//   so o and l are both in units of the current sigma; at the end out = o / l and
+//   lse = (m + log2(sigma l)) ln 2. sigma starts at 1, m at -inf, o and l at 0.
+// Split-KV: the BF16 decode's schedule with 64-token tiles; a request cut into several splits
+// is merged by LSE in fp32 exactly as the BF16 combine does (one bf16 rounding at the end).
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/fp8_cache_layout.hpp"
+
+namespace mla::quant {
+
+// Tokens per tile, = the P re-quantisation block of SnapMLA (BlockN = 64).
+constexpr int kFp8DecodeTile = 64;
+// Query rows per row block (one CTA on the GPU).
+constexpr int kFp8DecodeRowsPerBlock = 64;
+
+struct Fp8DecodeParams {
+  const uint8_t* q8 = nullptr;          // [batch, s_q, heads, d_c] e4m3
+  const uint16_t* q_rope = nullptr;     // [batch, s_q, heads, d_r] bf16 bits (pre-divided by q_scale)
+  const float* q_scale = nullptr;       // [batch, s_q, heads]
+  const uint8_t* cache = nullptr;       // [num_pages, layout().page_bytes()]
+  const int32_t* page_table = nullptr;  // [batch, max_pages]
+  const int32_t* seqlens = nullptr;     // [batch]
+  uint16_t* out = nullptr;              // [batch, s_q, heads, d_c] bf16 bits
+  float* lse = nullptr;                 // [batch, s_q, heads]
+  int batch = 0, s_q = 1, heads = 0, d_c = 0, d_r = 0;
+  int num_pages = 0, page_size = 0, max_pages = 0;
+  float scale = 0.f;                    // softmax scale
+  int num_parts = 0;                    // 0 = default (GPU: SMs / row blocks; twin: 132 SMs)
+  // GPU only: scratch (fp8_decode_workspace_bytes) and an optional device error flag set to 1
+  // when a page id that a request needs is out of range (that tile is skipped).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int* error_flag = nullptr;
+
+  Fp8CacheLayout layout() const { return Fp8CacheLayout{page_size, d_c, d_r}; }
+};
+
+inline int fp8_decode_row_blocks(const Fp8DecodeParams& p) {
+  return (p.s_q * p.heads + kFp8DecodeRowsPerBlock - 1) / kFp8DecodeRowsPerBlock;
+}
+// Default split-KV parts on a device of sm_count SMs: one CTA per SM over all row blocks.
+inline int fp8_decode_default_parts(int sm_count, const Fp8DecodeParams& p) {
+  const int parts = sm_count / fp8_decode_row_blocks(p);
+  return parts > 0 ? parts : 1;
+}
+
+// Throws mla::InputError naming the field for an unsupported shape, null pointer or scale.
+void validate_fp8_decode_params(const Fp8DecodeParams& p);
+
+// The CPU twin (host buffers). Throws InputError on bad params and on an out-of-range page id
+// that a request needs.
+void fp8_decode_twin(const Fp8DecodeParams& p);
+
+}  // namespace mla::quant
