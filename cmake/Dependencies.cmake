@@ -32,3 +32,26 @@ if(MLA_BUILD_TESTS)
   find_package(GTest REQUIRED)
   find_package(benchmark QUIET)
 endif()
+
+# NCCL (ranks on several GPUs: verify-decode --devices, mla-bench --tp): optional. Searched under
+# NCCL_ROOT (CMake or environment variable; e.g. a pip wheel's site-packages/nvidia/nccl) and
+# beside the CUDA toolkit. Without it everything builds, and --devices runs the CPU stand-in only.
+set(MLA_HAVE_NCCL OFF)
+if(MLA_ENABLE_CUDA)
+  find_path(NCCL_INCLUDE_DIR nccl.h
+            HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+               PATH_SUFFIXES lib lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(MLA_HAVE_NCCL ON)
+    add_library(mla_nccl INTERFACE)
+    target_include_directories(mla_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+    target_link_libraries(mla_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+    target_compile_definitions(mla_nccl INTERFACE MLA_HAVE_NCCL=1)
+    message(STATUS "NCCL: ${NCCL_LIBRARY} (headers ${NCCL_INCLUDE_DIR})")
+  else()
+    message(STATUS "NCCL not found (set NCCL_ROOT): multi-GPU ranks off, CPU stand-in only")
+  endif()
+endif()

@@ -20,6 +20,7 @@
 #include "model/rmsnorm.hpp"
 #include "transform/convert.hpp"
 #include "verify/decode_backend.hpp"
+#include "verify/multi_device_runner.hpp"
 
 namespace mla::verify {
 namespace fs = std::filesystem;
@@ -329,6 +330,13 @@ VerifyReport verify_decode(const VerifyOptions& o) {
 
   VerifyReport rep;
   rep.backend = backend->name();
+  // --devices: every rank also runs on its own device; its output must equal the one-device
+  // sequential sum, and then stands for the kernel path in the report.
+  std::unique_ptr<MultiDeviceRunner> runner;
+  if (o.devices > 0) {
+    runner = std::make_unique<MultiDeviceRunner>(o.device, o.devices);
+    rep.devices = runner->name();
+  }
   rep.pass = true;
   {
     const auto r0 = transform::load_rank_attention(o.converted / transform::rank_dir_name(0, tp), layers.front());
@@ -345,16 +353,26 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     const LayerContext L = load_layer(orig, o.converted, tp, layer, nullptr);
     std::vector<MatrixR> ref;
     for (const auto& hb : h) ref.push_back(model::attention_naive(cfg, L.original, hb, 0).bottomRows(o.decode));
-    const ConvertedOutputs conv = run_converted(L, h, o.prefill, o.decode, *backend, o.page_size, o.seed);
+    ConvertedOutputs conv = run_converted(L, h, o.prefill, o.decode, *backend, o.page_size, o.seed);
+    model::ErrorMetrics devices_vs_sequential;
+    if (runner) {
+      std::vector<MatrixR> multi = runner->decode_layer(layer, L.cfg, L.ranks, h, o.prefill, o.decode, o.page_size, o.seed);
+      devices_vs_sequential = model::compare(flatten(multi), flatten(conv.kernel));
+      conv.kernel = std::move(multi);
+    }
     LayerReport lr;
     lr.layer = layer;
+    lr.devices_ran = runner != nullptr;
+    lr.devices_vs_sequential = devices_vs_sequential;
     const auto ref_flat = flatten(ref), kern_flat = flatten(conv.kernel), f64_flat = flatten(conv.f64);
     lr.converted_vs_original = model::compare(kern_flat, ref_flat);
     lr.f64_path_vs_original = model::compare(f64_flat, ref_flat);
     lr.kernel_vs_f64_path = model::compare(kern_flat, f64_flat);
     worst_row(conv.kernel, ref, lr);
     lr.pass = lr.converted_vs_original.nonfinite_match && lr.converted_vs_original.rel_l2 <= o.max_rel_l2 &&
-              lr.converted_vs_original.cos_diff <= o.max_cos_diff && lr.kernel_vs_f64_path.rel_l2 <= o.kernel_rel_l2;
+              lr.converted_vs_original.cos_diff <= o.max_cos_diff && lr.kernel_vs_f64_path.rel_l2 <= o.kernel_rel_l2 &&
+              (!lr.devices_ran || (lr.devices_vs_sequential.nonfinite_match &&
+                                   lr.devices_vs_sequential.rel_l2 <= kDevicesRelTolerance));
     rep.pass = rep.pass && lr.pass;
     spdlog::info("layer {}: converted vs original rel_l2 {:.3e}, kernel vs f64 path {:.3e}{}", layer,
                  lr.converted_vs_original.rel_l2, lr.kernel_vs_f64_path.rel_l2, lr.pass ? "" : "  FAIL");
@@ -413,6 +431,7 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
   };
   nlohmann::json j;
   j["backend"] = backend;
+  if (!devices.empty()) j["devices"] = {{"runner", devices}, {"rel_l2_tolerance", kDevicesRelTolerance}};
   j["tp"] = tp;
   j["g"] = g;
   j["reparam"] = reparam;
@@ -427,6 +446,7 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
                            {"converted_vs_original", metrics(l.converted_vs_original)},
                            {"f64_path_vs_original", metrics(l.f64_path_vs_original)},
                            {"kernel_vs_f64_path", metrics(l.kernel_vs_f64_path)},
+                           {"devices_vs_sequential", l.devices_ran ? metrics(l.devices_vs_sequential) : nlohmann::json()},
                            {"worst", {{"sequence", l.worst_sequence}, {"token", l.worst_token}, {"rel_l2", l.worst_row_rel_l2}}},
                            {"pass", l.pass}});
   if (perplexity.ran)
@@ -468,6 +488,15 @@ std::string VerifyReport::table(const VerifyOptions& o) const {
                   static_cast<long long>(perplexity.windows), static_cast<long long>(perplexity.predicted),
                   perplexity.original_bits_per_byte, perplexity.converted_bits_per_byte,
                   perplexity.converted_bits_per_byte - perplexity.original_bits_per_byte);
+    s << buf;
+  }
+  if (!devices.empty()) {
+    double worst = 0.0;
+    for (const auto& l : layers) worst = std::max(worst, l.devices_vs_sequential.rel_l2);
+    std::snprintf(buf, sizeof buf,
+                  "ranks on %s: output vs one-device sequential sum max rel_l2 %.3e (tolerance %.0e); the table "
+                  "shows the ranks-on-devices output\n",
+                  devices.c_str(), worst, kDevicesRelTolerance);
     s << buf;
   }
   s << (pass ? "PASS\n" : "FAIL\n");

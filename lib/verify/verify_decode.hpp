@@ -37,6 +37,7 @@ struct VerifyOptions {
   int64_t sequences = 4;           // batch of captured sequences
   std::vector<int64_t> layers;     // empty: every layer
   std::string device = "cpu";      // cpu | cuda
+  int devices = 0;                 // > 0: also run every rank on its own device (multi_device_runner.hpp)
   int page_size = 64;
   uint64_t seed = 1;               // page permutation
   double max_rel_l2 = 2e-2;        // converted-vs-original thresholds (exit 2 beyond)
@@ -51,6 +52,10 @@ struct LayerReport {
   model::ErrorMetrics converted_vs_original;  // kernel path vs float64 original
   model::ErrorMetrics f64_path_vs_original;   // float64 converted path vs original
   model::ErrorMetrics kernel_vs_f64_path;     // kernel path vs float64 converted path
+  // --devices: the ranks-on-devices output vs the one-device sequential sum (which it then
+  // replaces as the kernel path above); must be within kDevicesRelTolerance.
+  bool devices_ran = false;
+  model::ErrorMetrics devices_vs_sequential;
   int64_t worst_sequence = -1;                // row with the largest relative error
   int64_t worst_token = -1;                   // decode step (0..T-1) of that row
   double worst_row_rel_l2 = 0.0;
@@ -67,6 +72,7 @@ struct PerplexityReport {
 
 struct VerifyReport {
   std::string backend;
+  std::string devices;  // --devices: the multi-device runner's name; empty otherwise
   int tp = 1, g = 1;
   std::string reparam, norm;
   std::vector<LayerReport> layers;

@@ -1,5 +1,6 @@
 // mla-bench --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 [--torch-baseline] [--json F]
 #include "bench.hpp"
+#include "tp_bench.hpp"
 #include "common/cli_common.hpp"
 
 int main(int argc, char** argv) {
@@ -21,8 +22,28 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-ceilings", o.ceilings, "Skip the bandwidth / GEMM ceiling measurements");
   app.add_flag("--torch-baseline", o.torch_baseline, "Also time the PyTorch einsum/softmax/einsum formulation");
   app.add_option("--python", o.python, "Python with PyTorch for --torch-baseline");
+  mla::bench::TpOptions tpo;
+  std::string tp_norm = "exact";
+  app.add_option("--tp", tpo.tp, "Several GPUs (NCCL): time one attention layer's decode step (q projection, decode, "
+                                 "o_proj, all-reduce) per --mode on this many GPUs, DeepSeek-V3 shapes, --batch requests, "
+                                 "each --seqlens; plus the KV capacity view")->check(CLI::Range(2, 8));
+  app.add_option("--mode", tpo.modes, "--tp: modes to time (tpla, dcp, head-parallel; repeatable)")
+      ->check(CLI::IsMember({"tpla", "dcp", "head-parallel"}));
+  app.add_option("--seqlens", tpo.seqlens, "--tp: context lengths L (default 8192 32768)");
+  app.add_option("--norm", tp_norm, "--tp: tpla's normalisation (exact adds the one-float-per-token all-reduce)")
+      ->check(CLI::IsMember({"exact", "approx"}));
+  app.add_option("--kv-budget-gib", tpo.kv_budget_gib, "--tp: per-GPU KV-cache budget of the capacity view");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
+    if (app.count("--tp")) {
+      tpo.batch = o.batch;
+      tpo.page = o.page;
+      if (app.count("--runs")) tpo.runs = o.runs;
+      tpo.norm_exact = tp_norm == "exact";
+      const std::string json = mla::bench::run_tp_bench(tpo);
+      mla::cli::write_json_output(common.json_path, json);
+      return 0;
+    }
     const std::string json = mla::bench::run_bench(o);
     mla::cli::write_json_output(common.json_path, json);
     return 0;

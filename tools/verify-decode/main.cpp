@@ -30,6 +30,11 @@ int main(int argc, char** argv) {
   app.add_option("--sequences", o.sequences, "Batch: captured sequences decoded together")->capture_default_str();
   app.add_option("--layers", layers, "Comma-separated layer indices (default: all)");
   app.add_option("--device", o.device, "cuda (kernels) or cpu (CPU twins)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--devices", o.devices,
+                 "Also run every TPLA rank on its own device (rank r on GPU r through NCCL with --device cuda; on "
+                 "thread r with the in-process stand-in with --device cpu); must equal the checkpoint's ranks. Its "
+                 "output must equal the one-device sequential sum (relative L2 <= 1e-13) and is then reported")
+      ->check(CLI::Range(1, 64));
   app.add_option("--page-size", o.page_size, "KV cache page size (64 or 128)")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the random page placement")->capture_default_str();
   app.add_option("--max-rel-l2", o.max_rel_l2, "Fail when converted-vs-original relative L2 exceeds this")->capture_default_str();

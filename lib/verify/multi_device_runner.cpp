@@ -1,0 +1,259 @@
+#include "verify/multi_device_runner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "model/attention_reference.hpp"
+#include "verify/decode_backend.hpp"
+#include "verify/multi_device_comm.hpp"
+
+#if MLA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace mla::verify {
+namespace {
+
+// Page-table entries past a sequence's pages (as in the sequential path).
+constexpr int32_t kPageSentinel = 1 << 30;
+
+void select_device(const std::string& device, int index) {
+  if (device != "cuda") return;
+#if MLA_HAVE_CUDA
+  const cudaError_t e = cudaSetDevice(index);
+  if (e != cudaSuccess) throw Error("rank on CUDA device " + std::to_string(index) + ": " + cudaGetErrorString(e));
+#else
+  (void)index;
+  throw Error("--device cuda: this build has no CUDA");
+#endif
+}
+
+int visible_cuda_devices() {
+#if MLA_HAVE_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+#else
+  return 0;
+#endif
+}
+
+// What one rank thread needs to run one layer.
+struct RankJob {
+  int64_t layer;
+  const model::MlaConfig& cfg;  // original: global d_c, eps
+  const transform::RankAttention& rank_attn;
+  const std::vector<MatrixR>& h;
+  int64_t P, T;
+  int page_size;
+  uint64_t seed;
+  int rank, tp;
+  const std::string& device;
+  Communicator& comm;
+  std::vector<ReductionRecord>& log;
+  std::vector<MatrixR>* out;  // rank 0 only
+};
+
+void reduce(RankJob& j, const char* tag, std::vector<double>& v) {
+  j.log.push_back({j.layer, tag, v.size()});
+  j.comm.all_reduce_sum(v.data(), v.size());
+}
+
+void run_rank(RankJob& j) {
+  select_device(j.device, j.rank);
+  std::unique_ptr<DecodeBackend> backend = j.device == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  const auto& cfg_r = j.rank_attn.config;
+  const auto& w_r = j.rank_attn.weights;
+  const int g = j.rank_attn.tpla.at("g").get<int>();
+  const bool exact_norm = j.rank_attn.tpla.at("norm").get<std::string>() == "exact";
+  const double ranks_per_group = static_cast<double>(j.tp / g);
+  const int64_t B = static_cast<int64_t>(j.h.size());
+  const int64_t P = j.P, T = j.T, n_tok = P + T;
+  const int64_t D = j.cfg.hidden_size;
+  const int64_t H_r = cfg_r.num_heads, d_c = cfg_r.kv_lora_rank, d_r = cfg_r.qk_rope_head_dim, dim = d_c + d_r;
+  const double d_c_global = static_cast<double>(j.cfg.kv_lora_rank);
+  const double eps = j.cfg.rms_norm_eps;
+  const double scale = cfg_r.softmax_scale();
+
+  // The rank's latent slice, RoPE key, absorbed queries (mu folded), and its slice's sums of squares.
+  std::vector<MatrixR> c(B), x_local(B), k_pe(B), q_lat(B), q_pe(B);
+  std::vector<VectorD> sumsq(B);
+  for (int64_t b = 0; b < B; ++b) {
+    model::LatentCache lc = model::compute_latent(cfg_r, w_r, j.h[b], 0, &c[b]);
+    x_local[b] = std::move(lc.x);
+    k_pe[b] = std::move(lc.k_pe);
+    model::QueryParts q = model::project_queries(cfg_r, w_r, j.h[b], 0);
+    q_lat[b] = model::absorb_queries(cfg_r, w_r, q.q_nope);
+    q_pe[b] = std::move(q.q_pe);
+    sumsq[b] = c[b].rowwise().squaredNorm();
+  }
+  // Global rms of tokens [t0, t0 + n) from the all-reduced sums of squares.
+  auto global_rms = [&](int64_t t0, int64_t n) {
+    std::vector<double> v(size_t(B) * n);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < n; ++i) v[b * n + i] = sumsq[b](t0 + i) / ranks_per_group;
+    reduce(j, "norm_sumsq", v);
+    for (double& s : v) s = std::sqrt(s / d_c_global + eps);
+    return v;
+  };
+
+  // Cache: paged bf16, random page placement as the sequential path, sentinel past the end.
+  const int64_t pages_per_seq = (n_tok + j.page_size - 1) / j.page_size;
+  CacheShape shape;
+  shape.batch = static_cast<int>(B);
+  shape.page_size = j.page_size;
+  shape.max_pages = static_cast<int>(pages_per_seq + 1);
+  shape.num_pages = static_cast<int>(B * pages_per_seq + 3);
+  shape.dim = static_cast<int>(dim);
+  std::vector<int32_t> perm(shape.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(j.seed + 7919 * static_cast<uint64_t>(j.rank));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> table(size_t(B) * shape.max_pages, kPageSentinel);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t p = 0; p < pages_per_seq; ++p) table[b * shape.max_pages + p] = perm[b * pages_per_seq + p];
+  const int cache = backend->create_cache(shape, table);
+
+  // Packs cache rows [t0, t0 + n) of every sequence; row(b, t) gives the latent row.
+  auto pack = [&](int64_t t0, int64_t n, auto&& row) {
+    std::vector<uint16_t> kv(size_t(B) * n * dim);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t* dst = kv.data() + (b * n + i) * dim;
+        const Eigen::RowVectorXd x = row(b, i);
+        for (int64_t jj = 0; jj < d_c; ++jj) dst[jj] = double_to_bf16(x(jj));
+        for (int64_t jj = 0; jj < d_r; ++jj) dst[d_c + jj] = double_to_bf16(k_pe[b](t0 + i, jj));
+      }
+    return kv;
+  };
+
+  // ---- prefill (PD separation): the exact global x, this rank's slice ----
+  if (P > 0) {
+    const std::vector<double> rms = global_rms(0, P);
+    backend->append(cache, pack(0, P, [&](int64_t b, int64_t i) -> Eigen::RowVectorXd { return c[b].row(i) / rms[b * P + i]; }),
+                    static_cast<int>(P), std::vector<int32_t>(B, 0));
+  }
+
+  // ---- decode, one token at a time ----
+  if (j.out) j.out->assign(B, MatrixR::Zero(T, D));
+  std::vector<uint16_t> q(size_t(B) * H_r * dim), o_bits;
+  std::vector<float> lse;
+  std::vector<double> partial(size_t(B) * D);
+  for (int64_t t = P; t < n_tok; ++t) {
+    std::vector<double> rms;
+    if (exact_norm) rms = global_rms(t, 1);
+    backend->append(cache,
+                    pack(t, 1,
+                         [&](int64_t b, int64_t) -> Eigen::RowVectorXd {
+                           if (exact_norm) return (c[b].row(t) / rms[b]).cwiseProduct(w_r.kv_a_layernorm.transpose());
+                           return x_local[b].row(t);
+                         }),
+                    1, std::vector<int32_t>(B, static_cast<int32_t>(t)));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t hh = 0; hh < H_r; ++hh) {
+        uint16_t* row = q.data() + (b * H_r + hh) * dim;
+        for (int64_t jj = 0; jj < d_c; ++jj) row[jj] = double_to_bf16(q_lat[b](t, hh * d_c + jj));
+        for (int64_t jj = 0; jj < d_r; ++jj) row[d_c + jj] = double_to_bf16(q_pe[b](t, hh * d_r + jj));
+      }
+    backend->decode(cache, q, static_cast<int>(H_r), static_cast<int>(d_c), static_cast<int>(d_r),
+                    std::vector<int32_t>(B, static_cast<int32_t>(t + 1)), static_cast<float>(scale), o_bits, lse);
+    for (int64_t b = 0; b < B; ++b) {
+      MatrixR o_lat(1, H_r * d_c);
+      for (int64_t jj = 0; jj < H_r * d_c; ++jj) o_lat(0, jj) = bf16_to_float(o_bits[b * H_r * d_c + jj]);
+      const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
+      // Accumulated into a zero row, as the sequential path does before summing ranks.
+      Eigen::RowVectorXd y = Eigen::RowVectorXd::Zero(D);
+      y += o * w_r.o_proj.transpose();
+      std::copy(y.data(), y.data() + D, partial.data() + b * D);
+    }
+    reduce(j, "o_proj", partial);
+    if (j.out)
+      for (int64_t b = 0; b < B; ++b)
+        (*j.out)[b].row(t - P) = Eigen::Map<const Eigen::RowVectorXd>(partial.data() + b * D, D);
+  }
+}
+
+}  // namespace
+
+MultiDeviceRunner::MultiDeviceRunner(const std::string& device, int devices) : device_(device), devices_(devices) {
+  if (devices < 1) throw InputError("--devices must be >= 1, got " + std::to_string(devices));
+  if (device == "cpu") {
+    comms_ = make_thread_communicators(devices);
+  } else if (device == "cuda") {
+    const int visible = visible_cuda_devices();
+    if (visible < devices)
+      throw InputError("--devices " + std::to_string(devices) + ": " + std::to_string(visible) +
+                       " CUDA device(s) visible (each rank needs its own GPU)");
+    std::vector<int> ids(devices);
+    std::iota(ids.begin(), ids.end(), 0);
+    comms_ = make_nccl_communicators(ids);
+  } else {
+    throw InputError("--device must be cpu or cuda, got '" + device + "'");
+  }
+  reductions_.resize(devices);
+}
+
+MultiDeviceRunner::~MultiDeviceRunner() = default;
+
+std::string MultiDeviceRunner::name() const {
+  return std::to_string(devices_) + (device_ == "cuda" ? " CUDA devices, NCCL all-reduce" : " CPU threads (twin), in-process all-reduce");
+}
+
+std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model::MlaConfig& cfg,
+                                                     const std::vector<transform::RankAttention>& ranks,
+                                                     const std::vector<MatrixR>& h, int64_t P, int64_t T, int page_size,
+                                                     uint64_t seed) {
+  const int tp = static_cast<int>(ranks.size());
+  if (tp != devices_)
+    throw InputError("--devices " + std::to_string(devices_) + ": the converted checkpoint has " + std::to_string(tp) +
+                     " ranks (one rank per device: pass --devices " + std::to_string(tp) + ")");
+  placement_.clear();
+  for (int r = 0; r < tp; ++r) {
+    RankPlacement p;
+    p.rank = r;
+    p.device = r;
+    p.group = ranks[r].tpla.at("group").get<int>();
+    p.heads = ranks[r].config.num_heads;
+    p.latent_width = ranks[r].config.kv_lora_rank;
+    placement_.push_back(p);
+  }
+  std::vector<MatrixR> out;
+  std::vector<std::exception_ptr> errors(tp);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        RankJob job{layer, cfg, ranks[r], h, P, T, page_size, seed, r, tp, device_, *comms_[r], reductions_[r],
+                    r == 0 ? &out : nullptr};
+        run_rank(job);
+      } catch (...) {
+        errors[r] = std::current_exception();
+        for (auto& c : comms_) c->abort();  // the other ranks must not wait for this one
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Report the first rank that failed on its own (the others fail with "aborted").
+  for (int r = 0; r < tp; ++r)
+    if (errors[r]) {
+      try {
+        std::rethrow_exception(errors[r]);
+      } catch (const std::exception& e) {
+        if (std::string(e.what()).find("aborted") != std::string::npos) continue;
+        throw Error("rank " + std::to_string(r) + " (" + device_ + " device " + std::to_string(r) + "): " + e.what());
+      }
+    }
+  for (int r = 0; r < tp; ++r)
+    if (errors[r]) std::rethrow_exception(errors[r]);
+  return out;
+}
+
+}  // namespace mla::verify

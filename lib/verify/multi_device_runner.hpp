@@ -1,0 +1,84 @@
+#pragma once
+// The multi-device TPLA decode runner: one thread per rank, rank r on device r, each holding its
+// rank's converted weights and its own paged latent-slice cache, talking only through a
+// Communicator (NCCL on GPUs, the in-process stand-in on the CPU). Per layer, every rank:
+//   prefill (PD separation): all-reduces one sum of squares per prompt token ("norm_sumsq"),
+//     so its cache rows are its slice of the exact global x = c / rms(c), and appends them;
+//   per decode token: computes its c_k, k_pe and absorbed query from the replicated input h;
+//     under --norm exact all-reduces one sum of squares per token ("norm_sumsq", B values),
+//     otherwise normalises locally (sqrt(g f_k) folded in its kv_a_layernorm); appends
+//     [x_k | k_pe] (cache-append kernel or twin); decodes its heads on its slice (decode kernel
+//     or twin); expands with its W_UV and applies its o_proj columns; all-reduces the partial
+//     outputs ("o_proj", B x D values).
+// Nothing else crosses ranks. With g < tp the ranks of one latent group hold the same slice,
+// so each contributes its sum of squares divided by tp/g (exact for powers of two).
+//
+// The arithmetic is the one-device sequential path's (verify_decode.cpp), rank by rank, so the
+// result equals the sequential sum of the ranks' partial outputs up to the order of the
+// all-reduce's float64 additions: bit-identical for 2 ranks (a + b either way), within
+// (tp - 1) ulp-scale differences otherwise (kDevicesRelTolerance).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "model/config.hpp"
+#include "transform/convert.hpp"
+
+namespace mla::verify {
+
+class Communicator;
+
+// Relative L2 within which the runner's output must equal the one-device sequential sum.
+inline constexpr double kDevicesRelTolerance = 1e-13;
+
+struct RankPlacement {
+  int rank = 0;
+  int device = 0;    // CUDA device (cuda) or thread index (cpu)
+  int group = 0;     // latent group k
+  int64_t heads = 0;           // heads the rank decodes
+  int64_t latent_width = 0;    // d_c / g
+};
+
+struct ReductionRecord {
+  int64_t layer = 0;
+  std::string tag;  // "norm_sumsq" | "o_proj"
+  size_t count = 0;
+  bool operator==(const ReductionRecord&) const = default;
+};
+
+class MultiDeviceRunner {
+ public:
+  // device "cuda": rank r on CUDA device r, NCCL; "cpu": rank r on thread r, CPU twin, the
+  // in-process communicator. Throws InputError/Error naming what is missing.
+  MultiDeviceRunner(const std::string& device, int devices);
+  ~MultiDeviceRunner();
+  MultiDeviceRunner(const MultiDeviceRunner&) = delete;
+  MultiDeviceRunner& operator=(const MultiDeviceRunner&) = delete;
+
+  std::string name() const;
+  int devices() const { return devices_; }
+
+  // One layer: sequences h[b] [P + T, D] (replicated on every rank), the ranks' attention
+  // (ranks.size() must equal devices()), the original config (global d_c, eps). Returns the
+  // all-reduced output of every decoded token, per sequence [T, D] (every rank holds the same;
+  // rank 0's is returned). Page placement: the sequential path's (seed + 7919 r).
+  std::vector<MatrixR> decode_layer(int64_t layer, const model::MlaConfig& cfg,
+                                    const std::vector<transform::RankAttention>& ranks, const std::vector<MatrixR>& h,
+                                    int64_t P, int64_t T, int page_size, uint64_t seed);
+
+  // Bookkeeping of the last decode_layer calls (for tests and logs).
+  const std::vector<RankPlacement>& placement() const { return placement_; }
+  // Every all-reduce each rank made, in order, since construction.
+  const std::vector<std::vector<ReductionRecord>>& reductions() const { return reductions_; }
+
+ private:
+  std::string device_;
+  int devices_ = 0;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<RankPlacement> placement_;
+  std::vector<std::vector<ReductionRecord>> reductions_;
+};
+
+}  // namespace mla::verify
