@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One call on a machine with >= 2 GPUs (nvidia-h200-x2): build, the multi-device tests, verify-decode
+# on the trained tiny models with each TPLA rank on its own GPU (NCCL), then mla-bench --tp 2
+# (head-parallel / tpla / dcp layer step at 8K and 32K, capacity view). NCCL_NVLS_ENABLE is left
+# as the machine sets it (0: NVLink multicast off). Needs datasets/corpus/heldout.bin (carried).
+# Usage (repo root): OUT=dir [DEVICE=cuda] [BUILD=/tmp/bt] bash tools/mla-bench/run_tp_device.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/tp-out}
+BUILD=${BUILD:-/tmp/bt}
+DEVICE=${DEVICE:-cuda}
+mkdir -p "$OUT" /tmp/tp-work
+echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-(unset)}"
+if [ "$DEVICE" = cuda ]; then
+  { nvidia-smi topo -m; nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > "$OUT/topo.txt" 2>&1
+  cat "$OUT/topo.txt"
+  # NCCL beside the CUDA toolkit, else PyTorch's pip wheel (nvidia-nccl-cu13).
+  if [ -z "${NCCL_ROOT:-}" ] && ! ls /usr/local/cuda/lib*/libnccl.so* > /dev/null 2>&1; then
+    NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2> /dev/null) && export NCCL_ROOT
+  fi
+  echo "NCCL_ROOT=${NCCL_ROOT:-(toolkit)}"
+  t0=$(date +%s)
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/build.log" 2>&1 &&
+    cmake --build "$BUILD" -j"$(nproc)" --target mla-bench verify-decode mla-forward mla-convert test_multi_device test_multi_device_gpu \
+      >> "$OUT/build.log" 2>&1 || { grep -i nccl "$OUT/build.log"; tail -40 "$OUT/build.log"; exit 1; }
+  grep -i "nccl" "$OUT/build.log" | head -3
+  echo "build: $(( $(date +%s) - t0 )) s"
+  timeout 150 "$BUILD/tests/verify/test_multi_device_gpu" > "$OUT/multi_device_gpu_test.log" 2>&1
+  echo "test_multi_device_gpu rc=$?"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|\[figure\]|Failure|rror" "$OUT/multi_device_gpu_test.log" | head -20
+fi
+timeout 120 "$BUILD/tests/verify/test_multi_device" > "$OUT/multi_device_test.log" 2>&1
+echo "test_multi_device rc=$?"; grep -E "^\[(  PASSED|  FAILED)|Failure" "$OUT/multi_device_test.log" | head
+
+T=$BUILD/tools
+for m in tiny-v2 tiny-v3; do
+  "$T/mla-forward/mla-forward" -q capture "datasets/$m" --out "/tmp/tp-work/$m-cap.h5" --eval datasets/corpus/heldout.bin \
+    --eval-seqs 8 --seq-len 256 --ref-seqs 1 --ref-len 16 || exit 1
+  for norm in exact approx; do
+    d=/tmp/tp-work/$m-tp2-hadamard-$norm
+    rm -rf "$d"
+    "$T/mla-convert/mla-convert" -q --tp 2 --reparam hadamard --seed 3 --norm $norm -o "$d" "datasets/$m" || exit 1
+    echo "== verify-decode $m tp=2 hadamard $norm: ranks on 2 ${DEVICE} devices =="
+    timeout 120 "$T/verify-decode/verify-decode" -q --original "datasets/$m" --converted "$d" \
+      --activations "/tmp/tp-work/$m-cap.h5" --prefill 192 --decode 64 --sequences 8 --device "$DEVICE" --devices 2 \
+      --max-rel-l2 1 --max-cos-diff 1 --json "$OUT/verify-$m-$norm.json" | tee "$OUT/verify-$m-$norm.txt"
+    echo "rc=${PIPESTATUS[0]}"
+  done
+done
+
+if [ "$DEVICE" = cuda ]; then
+  echo "== mla-bench --tp 2 =="
+  timeout 200 "$T/mla-bench/mla-bench" --tp 2 --batch 128 --seqlens 8192 32768 --runs 30 --json "$OUT/tp-bench.json" 2>&1 |
+    tee "$OUT/tp-bench.txt"
+fi
