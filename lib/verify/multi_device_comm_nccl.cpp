@@ -27,10 +27,13 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~NcclCommunicator() override {
+    int current = 0;
+    cudaGetDevice(&current);
     cudaSetDevice(device_);
     if (buffer_) cudaFree(buffer_);
     cudaStreamDestroy(stream_);
     if (!aborted_) ncclCommDestroy(comm_);
+    cudaSetDevice(current);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -75,10 +78,15 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
     if (d < 0 || d >= visible)
       throw InputError("NCCL ranks: device " + std::to_string(d) + " requested, " + std::to_string(visible) +
                        " CUDA device(s) visible");
+  // The caller's current device is restored: creating the communicators must not move the
+  // calling thread's later CUDA work (e.g. the one-device backend) to another GPU.
+  int current = 0;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
   std::vector<ncclComm_t> comms(n);
   check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r) out.push_back(std::make_unique<NcclCommunicator>(comms[r], r, n, devices[r]));
+  check_cuda(cudaSetDevice(current), "cudaSetDevice");
   return out;
 }
 
