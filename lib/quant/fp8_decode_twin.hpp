@@ -51,7 +51,7 @@ struct Fp8DecodeParams {
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;
 
-  Fp8CacheLayout layout() const { return Fp8CacheLayout{page_size, d_c, d_r}; }
+  MLA_FP8_HD Fp8CacheLayout layout() const { return Fp8CacheLayout{page_size, d_c, d_r}; }
 };
 
 inline int fp8_decode_row_blocks(const Fp8DecodeParams& p) {

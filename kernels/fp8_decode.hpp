@@ -1,0 +1,33 @@
+#pragma once
+// FP8 paged absorbed-MLA decode on Hopper (sm_90a), SnapMLA-style: the cache in the FP8 format of
+// quant/fp8_cache_layout.hpp (644 B per token at d_c = 512), QK^T and PV on FP8 tensor cores
+// (wgmma e4m3, the RoPE part in BF16 wgmma into the same accumulator), the per-token key scale
+// folded into P, P re-quantised to E4M3 per 64-token block with the block scale folded into the
+// online softmax; split-KV + LSE combine as the BF16 decode. The numerics, parameter block and
+// schedule are quant/fp8_decode_twin.hpp's (the CPU twin).
+//
+// Shapes on the GPU: heads 1..128, s_q 1..2, d_c 128/256/512, d_r 32/64, pages 64/128.
+// fp8_decode_bf16q quantises a bf16 query first (kernels/fp8_append.hpp) into the workspace.
+// No host synchronisation and no allocation: capturable in a CUDA graph.
+#include <cuda_runtime.h>
+
+#include "quant/fp8_decode_twin.hpp"
+
+namespace mla::kernels {
+
+// Whether the GPU kernel takes p's shape (the twin takes more).
+bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p);
+// Split-KV parts used when p.num_parts == 0 on the current device.
+int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p);
+// Workspace bytes for p's shape (schedule, split partials); with_query also counts the
+// quantised query that fp8_decode_bf16q writes (q8, q_rope, q_scale).
+size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query = false);
+
+// Checks p on the host (mla::InputError naming the field), launches scheduler, split kernel and
+// combine on `stream`. p.q8 / q_rope / q_scale: the quantised query.
+void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream);
+// The same from a bf16 query q [batch, s_q, heads, d_c + d_r]: quantises it into the workspace
+// (p.q8 etc. are ignored), then fp8_decode. Needs fp8_decode_workspace_bytes(p, true).
+void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream);
+
+}  // namespace mla::kernels
