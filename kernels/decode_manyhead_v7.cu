@@ -31,7 +31,10 @@ struct V7Cfg {
   }
 };
 
-template <int DC>
+// kOverlap (the default): each warpgroup issues S of tile i+1 right behind its P.V of tile i,
+// so it has tensor-core work queued while the other warpgroup runs its softmax; without it
+// (variant 6, the previous session's schedule) S, softmax and P.V run in series per tile.
+template <int DC, bool kOverlap>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v7_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -87,21 +90,38 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     float acc[C::kOReg];
 #pragma unroll
     for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
-    for (int ti = t; ti < stop; ++ti, ++it) {
-      const int stage = it % S;
-      const uint32_t tile = sK + stage * stage_bytes;
-      mbar_wait(bar0 + 8 * stage, (it / S) & 1);
-      const int j0 = ti * kTileTokens;
-      const int valid = tile_valid_rows<kTileTokens>(p, b, L, ti);
-      if (valid < kTileTokens) {  // both warpgroups see the same valid: they zero the tail together
-        zero_tail_rows<kTileTokens>(tile, valid, nblk, threadIdx.x, 256);
-        named_bar_sync(3, 256);
+    // Waits for tile ti_'s stage and zeroes its rows past L (pages past L may hold NaN, which
+    // must not reach P.V; a bad page id's tile arrives zero-filled). Each warpgroup zeroes the
+    // rows itself (both write the same zeros), so the warpgroups never wait for each other.
+    auto wait_tile = [&](int it_, int ti_) -> uint32_t {
+      const uint32_t tile_ = sK + (it_ % S) * stage_bytes;
+      mbar_wait(bar0 + 8 * (it_ % S), (it_ / S) & 1);
+      const int valid = tile_rows_in_length<kTileTokens>(L, ti_);
+      if (valid < kTileTokens) {
+        zero_tail_rows<kTileTokens>(tile_, valid, nblk, tid, 128);
+        named_bar_sync(3 + wg, 128);
       }
-      float sv[32];
-      compute_s64(sv, myQ, tile, nk);
+      return tile_;
+    };
+    auto release = [&](int it_) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
+    };
+    float sv[32];        // S, then P (fp32) of the current tile
+    uint32_t pa[4][4];   // P as wgmma A fragments, one per 16-token k-step
+    // No accumulator or A fragment is in flight across an iteration boundary (ptxas would
+    // serialise the wgmma pipeline otherwise): S issued in one iteration completes at its end.
+    if (kOverlap && t < stop) compute_s64(sv, myQ, wait_tile(it, t), nk);
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const uint32_t tile = sK + (it % S) * stage_bytes;
+      const int j0 = ti * kTileTokens;
+      if constexpr (kOverlap) {
+        gmma::wait<0>();  // nothing in flight; tells ptxas so
+      } else {
+        compute_s64(sv, myQ, wait_tile(it, ti), nk);
+      }
       float alpha[2];
       softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
-      uint32_t pa[4][4];  // P as wgmma A fragments, one per 16-token k-step
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const int n0 = 2 * ks, n1 = 2 * ks + 1;
@@ -116,6 +136,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       }
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
       gmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -124,11 +148,23 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_rs_n128(acc, pa[ks], dv);
       }
       gmma::commit();
-      gmma::wait<0>();
+      if (kOverlap && ti + 1 < stop) {
+        issue_s64(sv, myQ, wait_tile(it + 1, ti + 1), nk);  // queues behind this P.V
+        gmma::wait<1>();  // this P.V is done: its stage can be refilled
+        release(it);
+        gmma::wait<0>();  // S of the next tile
+      } else {
+        gmma::wait<0>();
+        release(it);
+      }
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar0 + 8 * (S + stage));
+#pragma unroll
+      for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
     }
     // ---- epilogue: this warpgroup's rows, all d_c columns ----
 #pragma unroll
@@ -148,9 +184,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  static bool attr_set = false;
-  auto kernel = decode_split_v7_kernel<DC>;
-  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "cudaFuncSetAttribute(many-head path v7)");
+  static bool attr_set[2] = {false, false};  // per instantiation
+  auto kernel = p.variant == 6 ? decode_split_v7_kernel<DC, false> : decode_split_v7_kernel<DC, true>;
+  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set[p.variant == 6 ? 0 : 1], "cudaFuncSetAttribute(many-head path v7)");
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
          "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);

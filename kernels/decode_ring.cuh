@@ -30,8 +30,9 @@ __device__ __forceinline__ void init_ring(uint32_t bar0, int stages) {
 }
 // The producer thread: walks the part's (request, tile) run and loads each BN-token tile with
 // one TMA box (64 columns x BN tokens) per 64-column block into an S-stage full/empty mbarrier
-// ring; a tile with a bad page id completes its stage without data (the consumers zero it) and
-// is flagged. The map lives in the workspace, written by the scheduler kernel (complete since
+// ring; a tile with a bad page id is loaded from rows before the tensor's start, which the copy
+// engine fills with zeros (zero keys and values), and flagged. So the consumers need no
+// page-table read of their own: only the rows past L of a request's last tile need zeroing. The map lives in the workspace, written by the scheduler kernel (complete since
 // griddep_wait): it is acquired into the tensormap proxy before the first TMA.
 template <int BN, int S>
 __device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMap* map, const int32_t* in,
@@ -51,24 +52,18 @@ __device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMa
       const bool ok = page >= 0 && page < p.num_pages;
       if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
       mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
-      if (ok) {
-        const int row = page * p.page_size + j0 % p.page_size;
-        mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
-        const uint32_t dst = sK + stage * stage_bytes;
-        for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * BN * 128, map, kb * 64, row, bar0 + 8 * stage);
-      } else {
-        mbar_arrive(bar0 + 8 * stage);
-      }
+      const int row = ok ? page * p.page_size + j0 % p.page_size : -BN;  // -BN: out of range, zero-filled
+      mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
+      const uint32_t dst = sK + stage * stage_bytes;
+      for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * BN * 128, map, kb * 64, row, bar0 + 8 * stage);
     }
   }
 }
-// Rows of tile ti (BN tokens) that hold cache data: 0 for a bad page id (the producer's rule).
+// Rows of tile ti (BN tokens) before the request's length L (<= 0: none); the rest of the tile
+// may hold NaN from the page's unused tail and must be zeroed before P.V.
 template <int BN>
-__device__ __forceinline__ int tile_valid_rows(const quant::Bf16DecodeParams& p, int b, int L, int ti) {
-  const int j0 = ti * BN;
-  const int slot = j0 / p.page_size;
-  const int page = slot < p.max_pages ? p.page_table[static_cast<size_t>(b) * p.max_pages + slot] : -1;
-  return (page >= 0 && page < p.num_pages) ? min(BN, L - j0) : 0;
+__device__ __forceinline__ int tile_rows_in_length(int L, int ti) {
+  return min(BN, L - ti * BN);
 }
 // Zeroes the rows >= valid of a stage (nblk blocks of BN rows x 128 B) with `threads` threads
 // (thread index `t`): pages past L may hold NaN, which must not reach P.V. Makes the stores

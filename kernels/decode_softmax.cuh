@@ -6,21 +6,23 @@
 
 namespace mla::kernels::detail {
 
-// S = Q K^T for one 64-token tile, completed: 64 query rows at sq, the tile's 64 keys at tile
-// (both 128-byte-swizzled K-major blocks of 8 KB), nk k-steps of 16, wgmma m64n64k16.
-__device__ __forceinline__ void compute_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    sv[i] = 0.f;
-    gmma::fence_operand(sv[i]);
-  }
+// S = Q K^T for one 64-token tile, issued as one commit group (not waited for): 64 query rows at
+// sq, the tile's 64 keys at tile (both 128-byte-swizzled K-major blocks of 8 KB), nk k-steps of
+// 16, wgmma m64n64k16. sv is in flight until the caller's wgmma.wait covers this group.
+// The first k-step overwrites the accumulators (no zeroing instructions, which would make ptxas
+// serialise the wgmma pipeline while another group of this warpgroup is in flight).
+__device__ __forceinline__ void issue_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
   gmma::fence();
   for (int kk = 0; kk < nk; ++kk) {
     const uint32_t kb = kk * 32;  // byte column: block kb / 128, 32-byte step within it
     gmma::wgmma_ss_n64(sv, gmma_desc(sq + (kb >> 7) * 8192 + (kb & 127), 16, 1024),
-                       gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024));
+                       gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024), kk > 0 ? 1 : 0);
   }
   gmma::commit();
+}
+// The same, completed.
+__device__ __forceinline__ void compute_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
+  issue_s64(sv, sq, tile, nk);
   gmma::wait<0>();
 #pragma unroll
   for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);

@@ -187,21 +187,29 @@ TEST(DecodeGpu, WgmmaManyHeadPathDefaultV6) {
   REQUIRE_GPU();
   wgmma_cases(0);
 }
+TEST(DecodeGpu, ManyHeadCasesWithThePreviousWgmmaScheduleVariant6) {
+  REQUIRE_GPU();
+  wgmma_cases(6);
+}
 TEST(DecodeGpu, ManyHeadCasesOnTheMmaSyncPathVariant7) {
   REQUIRE_GPU();
   wgmma_cases(7);
 }
 TEST(DecodeGpu, WgmmaBadPageIdIsFlagged) {
   REQUIRE_GPU();
-  for (int variant : {0, 7}) {
-    DecodeCase c = make_decode_case({200}, 1, 128, 512, 64, 64, 137);
-    c.page_table[2] = kSentinelPage;
-    DeviceCase d(c, 4);
-    d.p.variant = variant;
-    kernels::mla_decode_bf16(d.p, nullptr);
-    ck(cudaDeviceSynchronize());
-    EXPECT_EQ(d.flag.down()[0], 1) << "variant " << variant;
-  }
+  // v6 (d_c 512) and v7 (d_c 256) paths, both schedules, and the mma.sync path. The bad page's
+  // tile reads as zero keys: the output stays finite.
+  for (int d_c : {512, 256})
+    for (int variant : {0, 6, 7}) {
+      DecodeCase c = make_decode_case({200, 300}, 1, 128, d_c, 64, 64, 137);
+      c.page_table[2] = kSentinelPage;
+      DeviceCase d(c, 4);
+      d.p.variant = variant;
+      kernels::mla_decode_bf16(d.p, nullptr);
+      ck(cudaDeviceSynchronize());
+      EXPECT_EQ(d.flag.down()[0], 1) << "variant " << variant << " d_c " << d_c;
+      for (uint16_t v : d.out.down()) ASSERT_NE(v & 0x7F80, 0x7F80) << "non-finite output, variant " << variant;
+    }
 }
 TEST(DecodeGpu, Page128TplaSlice) {
   REQUIRE_GPU();
@@ -257,7 +265,7 @@ TEST(DecodeGpu, BadPageIdIsFlaggedAndHostChecksWorkspace) {
   p.workspace_bytes = 16;
   EXPECT_THROW(kernels::mla_decode_bf16(p, nullptr), InputError);
   p = d.p;
-  p.variant = 9;  // a retired comparison variant
+  p.variant = 9;  // a retired comparison variant (v4)
   EXPECT_THROW(kernels::mla_decode_bf16(p, nullptr), InputError);
 }
 
