@@ -206,41 +206,49 @@ def main():
            f"{'FM % floor':>10} {'FM / ours':>9}  check")
     print(hdr)
     for idx, (name, our_shape, peer_shape) in enumerate(suite(args.suite)):
-        B, H, sq, dc, L = our_shape
-        mine = Case(B, H, sq, dc, 64, L, 64, seed=1000 + idx)
-        run_ours, parts = ours.prepare(mine, args.variant)
-        fns, peer_case, check = [run_ours], None, ""
-        if peer_ok:
-            if peer_shape == our_shape:
-                peer_case = mine
-            else:
-                pB, pH, psq, pdc, pL = peer_shape
-                peer_case = Case(pB, pH, psq, pdc, 64, pL, 64, seed=2000 + idx)
-            fns.append(flashmla_runner(peer_case))
-            if peer_case is mine:  # same inputs: the two outputs must agree to bf16 rounding
-                o1, l1 = run_ours()
-                o2, l2 = fns[1]()
-                torch.cuda.synchronize()
-                check = f"out rel_l2 {rel_l2(o1, o2):.1e}, lse max|d| {(l1 - l2.transpose(1, 2)).abs().max().item():.1e}"
-        med, rng = interleaved(timer, fns, args.runs, args.warmup)
-        floor, bound = roofline(mine, ceil)
-        row = {"ours_shape": our_shape, "ours_us": med[0], "ours_range_us": rng[0], "parts": parts,
-               "floor_us": floor, "bound": bound, "ours_frac_floor": floor / med[0],
-               "ours_tflops": mine.flops / (med[0] * 1e-6) / 1e12, "ours_gbs": mine.bytes / (med[0] * 1e-6) / 1e9}
-        line = f"{name:<26} {med[0]:9.1f} {floor:9.1f} {100 * floor / med[0]:11.1f}%"
-        if peer_case is not None:
-            pfloor, pbound = roofline(peer_case, ceil)
-            row.update({"peer_shape": peer_shape, "flashmla_us": med[1], "flashmla_range_us": rng[1],
-                        "flashmla_floor_us": pfloor, "flashmla_frac_floor": pfloor / med[1],
-                        "ratio_flashmla_over_ours": med[1] / med[0], "check": check})
-            line += f" {med[1]:11.1f} {100 * pfloor / med[1]:9.1f}% {med[1] / med[0]:8.2f}x  {check}"
-        print(line, flush=True)
-        results["shapes"][name] = row
-        del mine, peer_case, fns, run_ours
+        try:
+            results["shapes"][name] = run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok)
+        except Exception as e:  # report and go on with the other shapes
+            print(f"{name:<26} FAILED: {e}", flush=True)
+            results["shapes"][name] = {"error": str(e)}
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok):
+    """Times one shape (ours, and FlashMLA on its peer shape); returns its figures."""
+    B, H, sq, dc, L = our_shape
+    mine = Case(B, H, sq, dc, 64, L, 64, seed=1000 + idx)
+    run_ours, parts = ours.prepare(mine, args.variant)
+    fns, peer_case, check = [run_ours], None, ""
+    if peer_ok:
+        if peer_shape == our_shape:
+            peer_case = mine
+        else:
+            pB, pH, psq, pdc, pL = peer_shape
+            peer_case = Case(pB, pH, psq, pdc, 64, pL, 64, seed=2000 + idx)
+        fns.append(flashmla_runner(peer_case))
+        if peer_case is mine:  # same inputs: the two outputs must agree to bf16 rounding
+            o1, l1 = run_ours()
+            o2, l2 = fns[1]()
+            torch.cuda.synchronize()
+            check = f"out rel_l2 {rel_l2(o1, o2):.1e}, lse max|d| {(l1 - l2.transpose(1, 2)).abs().max().item():.1e}"
+    med, rng = interleaved(timer, fns, args.runs, args.warmup)
+    floor, bound = roofline(mine, ceil)
+    row = {"ours_shape": our_shape, "ours_us": med[0], "ours_range_us": rng[0], "parts": parts,
+           "floor_us": floor, "bound": bound, "ours_frac_floor": floor / med[0],
+           "ours_tflops": mine.flops / (med[0] * 1e-6) / 1e12, "ours_gbs": mine.bytes / (med[0] * 1e-6) / 1e9}
+    line = f"{name:<26} {med[0]:9.1f} {floor:9.1f} {100 * floor / med[0]:11.1f}%"
+    if peer_case is not None:
+        pfloor, pbound = roofline(peer_case, ceil)
+        row.update({"peer_shape": peer_shape, "flashmla_us": med[1], "flashmla_range_us": rng[1],
+                    "flashmla_floor_us": pfloor, "flashmla_frac_floor": pfloor / med[1],
+                    "ratio_flashmla_over_ours": med[1] / med[0], "check": check})
+        line += f" {med[1]:11.1f} {100 * pfloor / med[1]:9.1f}% {med[1] / med[0]:8.2f}x  {check}"
+    print(line, flush=True)
+    return row
 
 
 if __name__ == "__main__":

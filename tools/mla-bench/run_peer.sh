@@ -19,6 +19,8 @@ cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > 
 echo "build done: $(date +%T)"
 timeout 300 /tmp/b/tests/kernels/test_kernels_decode_gpu > "$OUT/gpu_test.log" 2>&1
 echo "gpu test rc=$? ($(date +%T))"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|vs f64|Failure|wrong" "$OUT/gpu_test.log" | cut -c1-220 | head -60
+timeout 120 /tmp/b/tests/kernels/test_kernels_decode_gpu --gtest_filter='*GraphCapture*:*BadPageId*' --gtest_repeat=3 > "$OUT/gpu_test_repeat.log" 2>&1
+echo "graph/bad-page tests x3 rc=$?"; grep -E "^\[  (PASSED|FAILED) " "$OUT/gpu_test_repeat.log" | sort | uniq -c
 timeout 200 /tmp/b/tests/verify/test_verify_decode_gpu > "$OUT/verify_gpu.log" 2>&1
 echo "verify-decode gpu test rc=$? ($(date +%T))"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|Failure" "$OUT/verify_gpu.log" | head -20
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -27,3 +29,4 @@ for v in $VARIANTS; do
     --suite "$SUITE" --variant "$v" --json "$OUT/peer_v$v.json" 2>&1 | tee "$OUT/peer_v$v.log"
 done
 echo "done: $(date +%T)"
+for v in $VARIANTS; do echo "=== variant $v ==="; grep -vE "^device|^shape" "$OUT/peer_v$v.log" | cut -c1-120; done
