@@ -14,8 +14,10 @@ VARIANTS=${*:-0}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/smi.txt" 2>&1
 cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/build.log" 2>&1 &&
-  cmake --build /tmp/b -j16 --target mla_decode_capi test_kernels_decode_gpu test_verify_decode_gpu >> "$OUT/build.log" 2>&1 ||
+  cmake --build /tmp/b -j16 --target mla_decode_capi test_kernels_decode_gpu >> "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
+# verify-decode's GPU test needs most of lib/: built on its own, so a break elsewhere only skips it
+cmake --build /tmp/b -j16 --target test_verify_decode_gpu > "$OUT/build_verify.log" 2>&1 || echo "verify-decode GPU test did not build (build_verify.log)"
 echo "build done: $(date +%T)"
 timeout 300 /tmp/b/tests/kernels/test_kernels_decode_gpu > "$OUT/gpu_test.log" 2>&1
 echo "gpu test rc=$? ($(date +%T))"; grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|vs f64|Failure|wrong" "$OUT/gpu_test.log" | cut -c1-220 | head -60
