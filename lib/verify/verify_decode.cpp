@@ -20,6 +20,7 @@
 #include "model/rmsnorm.hpp"
 #include "transform/convert.hpp"
 #include "verify/decode_backend.hpp"
+#include "verify/fp8_backend.hpp"
 #include "verify/multi_device_runner.hpp"
 
 namespace mla::verify {
@@ -304,9 +305,8 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   if (o.page_size != 64 && o.page_size != 128) throw InputError("--page-size must be 64 or 128, got " + std::to_string(o.page_size));
   if (!o.skip_manifest_check) check_manifest(o.converted, o.original);
   std::unique_ptr<DecodeBackend> backend;
-  if (o.device == "cpu") backend = make_cpu_backend();
-  else if (o.device == "cuda") backend = make_cuda_backend();
-  else throw InputError("--device must be cpu or cuda, got '" + o.device + "'");
+  backend = make_kv_backend(o.device, o.kv);
+  if (o.kv != "bf16" && o.devices > 0) throw InputError("--kv " + o.kv + " with --devices: only the bf16 cache runs on several devices");
 
   const io::Checkpoint orig = io::Checkpoint::open(o.original);
   const MlaConfig& cfg = orig.config();
@@ -369,8 +369,9 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     lr.f64_path_vs_original = model::compare(f64_flat, ref_flat);
     lr.kernel_vs_f64_path = model::compare(kern_flat, f64_flat);
     worst_row(conv.kernel, ref, lr);
-    lr.pass = lr.converted_vs_original.nonfinite_match && lr.converted_vs_original.rel_l2 <= o.max_rel_l2 &&
-              lr.converted_vs_original.cos_diff <= o.max_cos_diff && lr.kernel_vs_f64_path.rel_l2 <= o.kernel_rel_l2 &&
+    lr.pass = lr.converted_vs_original.nonfinite_match && lr.converted_vs_original.rel_l2 <= kv_kernel_tolerance(o.kv, o.max_rel_l2) &&
+              lr.converted_vs_original.cos_diff <= kv_cos_tolerance(o.kv, o.max_cos_diff) &&
+              lr.kernel_vs_f64_path.rel_l2 <= kv_kernel_tolerance(o.kv, o.kernel_rel_l2) &&
               (!lr.devices_ran || (lr.devices_vs_sequential.nonfinite_match &&
                                    lr.devices_vs_sequential.rel_l2 <= kDevicesRelTolerance));
     rep.pass = rep.pass && lr.pass;
@@ -431,6 +432,7 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
   };
   nlohmann::json j;
   j["backend"] = backend;
+  j["kv"] = o.kv;
   if (!devices.empty()) j["devices"] = {{"runner", devices}, {"rel_l2_tolerance", kDevicesRelTolerance}};
   j["tp"] = tp;
   j["g"] = g;

@@ -37,6 +37,7 @@ struct VerifyOptions {
   int64_t sequences = 4;           // batch of captured sequences
   std::vector<int64_t> layers;     // empty: every layer
   std::string device = "cpu";      // cpu | cuda
+  std::string kv = "bf16";         // KV-cache format: verify/fp8_backend.hpp (bf16, fp8, fp8-A..D, ...)
   int devices = 0;                 // > 0: also run every rank on its own device (multi_device_runner.hpp)
   int page_size = 64;
   uint64_t seed = 1;               // page permutation

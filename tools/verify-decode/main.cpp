@@ -8,6 +8,7 @@
 
 #include "common/cli_common.hpp"
 #include "core/error.hpp"
+#include "verify/fp8_backend.hpp"
 #include "verify/verify_decode.hpp"
 
 int main(int argc, char** argv) {
@@ -36,6 +37,12 @@ int main(int argc, char** argv) {
                  "output must equal the one-device sequential sum (relative L2 <= 1e-13) and is then reported")
       ->check(CLI::Range(1, 64));
   app.add_option("--page-size", o.page_size, "KV cache page size (64 or 128)")->capture_default_str();
+  app.add_option("--kv", o.kv,
+                 "KV-cache format: bf16; fp8 (paged E4M3, 644 B/token at d_c = 512: FP8 kernels on cuda, their twins on "
+                 "cpu; thresholds at least 0.08 rel_l2 / 3.2e-3 1-cos); fp8-rope-aware, fp8-A .. fp8-D (SnapMLA study "
+                 "configurations: the cache quantised-dequantised, BF16 decode twin, cpu only)")
+      ->check(CLI::IsMember(mla::verify::kv_format_names()))
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the random page placement")->capture_default_str();
   app.add_option("--max-rel-l2", o.max_rel_l2, "Fail when converted-vs-original relative L2 exceeds this")->capture_default_str();
   app.add_option("--max-cos-diff", o.max_cos_diff, "Fail when converted-vs-original 1-cos exceeds this")->capture_default_str();

@@ -1,0 +1,197 @@
+#include "verify/fp8_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "quant/decode_twin_bf16.hpp"
+#include "quant/fp8_cache_format.hpp"
+#include "quant/fp8_decode_twin.hpp"
+#include "quant/fp8_kv.hpp"
+
+namespace mla::verify {
+namespace {
+
+// Queued BF16 appends of one cache, encoded once d_c is known.
+struct PendingAppend {
+  std::vector<uint16_t> kv_new;
+  int n_new = 0;
+  std::vector<int32_t> positions;
+};
+
+class CpuFp8Backend final : public DecodeBackend {
+ public:
+  std::string name() const override { return "cpu (fp8 twin)"; }
+
+  int create_cache(const CacheShape& s, const std::vector<int32_t>& page_table) override {
+    caches_.push_back(Cache{s, page_table, {}, {}, 0, 0});
+    return static_cast<int>(caches_.size() - 1);
+  }
+  void append(int cache, const std::vector<uint16_t>& kv_new, int n_new, const std::vector<int32_t>& positions) override {
+    caches_.at(cache).pending.push_back(PendingAppend{kv_new, n_new, positions});
+  }
+  void decode(int cache, const std::vector<uint16_t>& q, int heads, int d_c, int d_r, const std::vector<int32_t>& seqlens,
+              float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
+    Cache& c = caches_.at(cache);
+    flush(c, d_c, d_r);
+    const int rows = c.shape.batch * heads;
+    std::vector<uint8_t> q8(static_cast<size_t>(rows) * d_c);
+    std::vector<uint16_t> qr(static_cast<size_t>(rows) * d_r);
+    std::vector<float> qs(rows);
+    quant::fp8_quantize_query_twin(q.data(), rows, d_c, d_r, q8.data(), qr.data(), qs.data());
+    out.assign(static_cast<size_t>(rows) * d_c, 0);
+    lse.assign(rows, 0.f);
+    quant::Fp8DecodeParams p;
+    p.q8 = q8.data();
+    p.q_rope = qr.data();
+    p.q_scale = qs.data();
+    p.cache = c.bytes.data();
+    p.page_table = c.page_table.data();
+    p.seqlens = seqlens.data();
+    p.out = out.data();
+    p.lse = lse.data();
+    p.batch = c.shape.batch;
+    p.s_q = 1;
+    p.heads = heads;
+    p.d_c = d_c;
+    p.d_r = d_r;
+    p.num_pages = c.shape.num_pages;
+    p.page_size = c.shape.page_size;
+    p.max_pages = c.shape.max_pages;
+    p.scale = scale;
+    quant::fp8_decode_twin(p);
+  }
+
+ private:
+  struct Cache {
+    CacheShape shape;
+    std::vector<int32_t> page_table;
+    std::vector<PendingAppend> pending;
+    std::vector<uint8_t> bytes;  // FP8 pages (0xFF: NaN codes and NaN scales until written)
+    int d_c, d_r;
+  };
+  static void flush(Cache& c, int d_c, int d_r) {
+    if (d_c + d_r != c.shape.dim)
+      throw InputError("fp8 backend: d_c + d_r = " + std::to_string(d_c + d_r) + " differs from the cache's dim " +
+                       std::to_string(c.shape.dim));
+    const quant::Fp8CacheLayout l{c.shape.page_size, d_c, d_r};
+    if (c.bytes.empty()) {
+      quant::validate_fp8_layout(l);
+      c.bytes.assign(static_cast<size_t>(c.shape.num_pages) * l.page_bytes(), 0xFF);
+      c.d_c = d_c;
+      c.d_r = d_r;
+    } else if (c.d_c != d_c) {
+      throw InputError("fp8 backend: d_c = " + std::to_string(d_c) + " differs from the cache's " + std::to_string(c.d_c));
+    }
+    for (const PendingAppend& a : c.pending)
+      quant::fp8_cache_append_twin(l, a.kv_new.data(), c.shape.batch, a.n_new, a.positions.data(), c.page_table.data(),
+                                   c.shape.max_pages, c.bytes.data(), c.shape.num_pages);
+    c.pending.clear();
+  }
+  std::vector<Cache> caches_;
+};
+
+// SnapMLA study configuration: the BF16 cache fake-quantised per request, decoded by the BF16 twin.
+class StudyBackend final : public DecodeBackend {
+ public:
+  explicit StudyBackend(quant::Fp8Config config) : config_(config) {}
+  std::string name() const override {
+    return std::string("cpu (bf16 twin on a cache fake-quantised as ") + std::string(quant::fp8_config_name(config_)) + ")";
+  }
+  int create_cache(const CacheShape& s, const std::vector<int32_t>& page_table) override {
+    caches_.push_back(Cache{s, page_table, std::vector<uint16_t>(size_t(s.num_pages) * s.page_size * s.dim, 0x7FC0)});
+    return static_cast<int>(caches_.size() - 1);
+  }
+  void append(int cache, const std::vector<uint16_t>& kv_new, int n_new, const std::vector<int32_t>& positions) override {
+    Cache& c = caches_.at(cache);
+    quant::cache_append_twin_bf16(kv_new.data(), c.shape.batch, n_new, c.shape.dim, positions.data(),
+                                  c.page_table.data(), c.shape.max_pages, c.data.data(), c.shape.num_pages,
+                                  c.shape.page_size);
+  }
+  void decode(int cache, const std::vector<uint16_t>& q, int heads, int d_c, int d_r, const std::vector<int32_t>& seqlens,
+              float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
+    const Cache& c = caches_.at(cache);
+    const int P = c.shape.page_size, dim = c.shape.dim;
+    // The same pages with every request's first seqlens[b] tokens replaced by their
+    // quantised-dequantised values (rounded to bf16: 2^-9 relative, far below E4M3's 2^-4).
+    std::vector<uint16_t> fq = c.data;
+    for (int b = 0; b < c.shape.batch; ++b) {
+      const int L = seqlens[b];
+      if (L == 0) continue;
+      auto row = [&](std::vector<uint16_t>& v, int t) {
+        const int page = c.page_table[static_cast<size_t>(b) * c.shape.max_pages + t / P];
+        return v.data() + (static_cast<size_t>(page) * P + t % P) * dim;
+      };
+      MatrixR x(L, d_c), k(L, d_r), xo, ko;
+      for (int t = 0; t < L; ++t) {
+        const uint16_t* r = row(fq, t);
+        for (int i = 0; i < d_c; ++i) x(t, i) = bf16_to_float(r[i]);
+        for (int i = 0; i < d_r; ++i) k(t, i) = bf16_to_float(r[d_c + i]);
+      }
+      quant::fake_quant_fp8_cache(config_, x, k, xo, ko);
+      for (int t = 0; t < L; ++t) {
+        uint16_t* r = row(fq, t);
+        for (int i = 0; i < d_c; ++i) r[i] = double_to_bf16(xo(t, i));
+        for (int i = 0; i < d_r; ++i) r[d_c + i] = double_to_bf16(ko(t, i));
+      }
+    }
+    out.assign(size_t(c.shape.batch) * heads * d_c, 0);
+    lse.assign(size_t(c.shape.batch) * heads, 0.f);
+    quant::Bf16DecodeParams p = decode_params(c.shape, heads, d_c, d_r, scale);
+    p.q = q.data();
+    p.kv_cache = fq.data();
+    p.page_table = c.page_table.data();
+    p.seqlens = seqlens.data();
+    p.out = out.data();
+    p.lse = lse.data();
+    quant::decode_twin_bf16(p);
+  }
+
+ private:
+  struct Cache {
+    CacheShape shape;
+    std::vector<int32_t> page_table;
+    std::vector<uint16_t> data;
+  };
+  quant::Fp8Config config_;
+  std::vector<Cache> caches_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& kv_format_names() {
+  static const std::vector<std::string> n = {"bf16", "fp8", "fp8-rope-aware", "fp8-A", "fp8-B", "fp8-C", "fp8-D"};
+  return n;
+}
+
+double kv_kernel_tolerance(const std::string& kv, double user_bound) {
+  return kv == "bf16" ? user_bound : std::max(user_bound, kFp8KernelRelL2);
+}
+
+double kv_cos_tolerance(const std::string& kv, double user_bound) {
+  return kv == "bf16" ? user_bound : std::max(user_bound, kFp8CosDiff);
+}
+
+std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv) {
+  if (device != "cpu" && device != "cuda") throw InputError("--device must be cpu or cuda, got '" + device + "'");
+  if (kv == "bf16") return device == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  if (kv == "fp8") return device == "cuda" ? make_cuda_fp8_backend() : std::make_unique<CpuFp8Backend>();
+  const std::pair<const char*, quant::Fp8Config> study[] = {{"fp8-rope-aware", quant::Fp8Config::RopeAware},
+                                                            {"fp8-A", quant::Fp8Config::A},
+                                                            {"fp8-B", quant::Fp8Config::B},
+                                                            {"fp8-C", quant::Fp8Config::C},
+                                                            {"fp8-D", quant::Fp8Config::D}};
+  for (const auto& [name, cfg] : study)
+    if (kv == name) {
+      if (device != "cpu")
+        throw InputError("--kv " + kv + ": the study configurations run on the CPU twin only (use --device cpu)");
+      return std::make_unique<StudyBackend>(cfg);
+    }
+  std::string all;
+  for (const auto& n : kv_format_names()) all += (all.empty() ? "" : ", ") + n;
+  throw InputError("--kv: unknown format '" + kv + "' (one of: " + all + ")");
+}
+
+}  // namespace mla::verify
