@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Times our FP8 paged MLA decode beside FlashMLA's BF16 dense decode and FlashMLA's FP8 sparse
+(V3.2, 656 B per token) decode with topk = L, in one process, on caches built from the same values.
+
+Per shape: one BF16 paged cache and query (FlashMLA's test data, peer_flashmla.Case); our FP8
+cache is written from it by our append kernel (kernels/fp8_append.cu: every page appended as one
+request); FlashMLA's V3.2 cache by its own tests/quant.py quantize_k_cache; the sparse kernel's
+indices list every token of each request (topk = L, its supported heads 64 and 128 only). Each
+call after an L2 flush and a GPU spin, interleaved with alternating order, CUDA events, median
+(peer_flashmla.Timer / interleaved). Ours is timed as a user calls it: query quantisation +
+scheduler + split kernel + combine (kernels::fp8_decode_bf16q). Ceilings in the same process:
+copy bandwidth, BF16 GEMM and FP8 GEMM (torch._scaled_mm) 8192^3.
+
+    PYTHONPATH=.peer/flashmla:.peer/flashmla/tests python3 tools/mla-bench/peer_fp8.py \
+        --lib build/tools/mla-bench/libmla_fp8_capi.so --json out.json
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2  # noqa: E402
+
+FP8_BYTES_PER_TOKEN = 644   # d_c = 512, d_r = 64 (docs/formats/kv-fp8.md)
+V32_BYTES_PER_TOKEN = 656
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True, help="path to libmla_fp8_capi.so")
+    ap.add_argument("--suite", default="issue11", choices=["issue11", "quick"])
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--json", help="write every figure here")
+    return ap.parse_args()
+
+
+class Ours:
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        lib.mla_fp8_capi_append.restype = ctypes.c_int
+        lib.mla_fp8_capi_append.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int] * 7 +
+                                            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+        lib.mla_fp8_capi_parts.restype = ctypes.c_int
+        lib.mla_fp8_capi_parts.argtypes = [ctypes.c_int] * 5 + [ctypes.POINTER(ctypes.c_size_t)]
+        lib.mla_fp8_capi_run.restype = ctypes.c_int
+        lib.mla_fp8_capi_run.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int,
+                                         ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p,
+                                         ctypes.c_size_t])
+        self.lib = lib
+        self.err = ctypes.create_string_buffer(1024)
+
+    def stream(self):
+        return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def build_cache(self, c):
+        """Our FP8 pages from c's BF16 pages (same page ids): page i appended as request i."""
+        page_bytes = c.page * (c.d_c + 2 * c.d_r + 4)
+        cache = torch.empty(c.num_pages * page_bytes, dtype=torch.uint8, device="cuda")
+        ident = torch.arange(c.num_pages, dtype=torch.int32, device="cuda").view(c.num_pages, 1)
+        pos = torch.zeros(c.num_pages, dtype=torch.int32, device="cuda")
+        kv = c.cache.view(c.num_pages, c.page, c.dim).contiguous()
+        if self.lib.mla_fp8_capi_append(kv.data_ptr(), pos.data_ptr(), ident.data_ptr(), cache.data_ptr(), c.num_pages,
+                                        c.page, c.d_c, c.d_r, 1, c.num_pages, c.page, self.stream(), self.err,
+                                        1024) != 0:
+            raise RuntimeError(f"fp8 append: {self.err.value.decode()}")
+        return cache
+
+    def prepare(self, c):
+        cache = self.build_cache(c)
+        ws_bytes = ctypes.c_size_t(0)
+        parts = self.lib.mla_fp8_capi_parts(c.batch, c.s_q, c.heads, c.d_c, c.d_r, ctypes.byref(ws_bytes))
+        if parts <= 0:
+            raise RuntimeError(f"mla_fp8_capi_parts failed for {c.name}")
+        ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
+        out = torch.empty(c.batch, c.s_q, c.heads, c.d_c, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(c.batch, c.s_q, c.heads, dtype=torch.float32, device="cuda")
+        args = (c.q.data_ptr(), cache.data_ptr(), c.table.data_ptr(), c.seqlens.data_ptr(), out.data_ptr(),
+                lse.data_ptr(), c.batch, c.s_q, c.heads, c.d_c, c.d_r, c.num_pages, c.page, c.max_pages, c.scale,
+                parts, ws.data_ptr(), ws_bytes.value)
+
+        def run():
+            if self.lib.mla_fp8_capi_run(*args, self.stream(), self.err, 1024) != 0:
+                raise RuntimeError(f"fp8 decode ({c.name}): {self.err.value.decode()}")
+            return out, lse
+
+        run.keep = (cache, ws, out, lse)
+        return run, parts
+
+
+def sparse_runner(c):
+    """FlashMLA's FP8 sparse decode over every token (topk = L) of a V3.2 cache of c's values."""
+    import flash_mla
+    import quant as fm_quant  # FlashMLA's tests/quant.py (PYTHONPATH)
+    kq = fm_quant.quantize_k_cache(c.cache, fm_quant.FP8KVCacheLayout.V32_FP8Sparse)
+    t = torch.arange(c.seqlen, device="cuda", dtype=torch.int32)
+    idx = c.table[:, t // c.page].to(torch.int32) * c.page + (t % c.page)           # [B, L]
+    idx = idx.view(c.batch, 1, c.seqlen).expand(c.batch, c.s_q, c.seqlen).contiguous()
+    sched, _ = flash_mla.get_mla_metadata()
+
+    def run():
+        return flash_mla.flash_mla_with_kvcache(c.q, kq, None, None, c.d_c, sched, None, softmax_scale=c.scale,
+                                                causal=False, is_fp8_kvcache=True, indices=idx)
+
+    run()
+    run.keep = (kq, idx)
+    return run
+
+
+def fp8_gemm_tflops(timer):
+    try:
+        a = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        f = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        for _ in range(3):
+            f()
+        us = statistics.median(timer.once(f) for _ in range(15))
+        return 2.0 * 8192**3 / (us * 1e-6) / 1e12
+    except Exception as e:  # older torch without _scaled_mm
+        print(f"FP8 GEMM ceiling unavailable ({e}); using 2x the BF16 GEMM", file=sys.stderr)
+        return None
+
+
+def suite(name):
+    B = 128
+    if name == "quick":
+        return [(B, 16, 1, 8192), (B, 128, 1, 8192)]
+    out = [(B, H, 1, L) for L in (4096, 8192, 32768) for H in (16, 64, 128)]
+    out += [(B, H, 2, 8192) for H in (16, 128)]
+    return out
+
+
+def main():
+    args = parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ours = Ours(args.lib)
+    timer = Timer()
+    import flash_mla  # noqa: F401
+    props = torch.cuda.get_device_properties(0)
+    ceil = ceilings(timer)
+    ceil["fp8_gemm_tflops"] = fp8_gemm_tflops(timer) or 2 * ceil["gemm_tflops"]
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
+          f"{ceil['copy_gbs']:.0f} GB/s, bf16 GEMM {ceil['gemm_tflops']:.0f} TFLOP/s, fp8 GEMM "
+          f"{ceil['fp8_gemm_tflops']:.0f} TFLOP/s", flush=True)
+    res = {"device": props.name, "ceilings": ceil, "runs": args.runs, "shapes": {}}
+    print(f"{'shape':<24} {'fp8 us':>8} {'%floor':>7} {'bf16 FM us':>10} {'%floor':>7} {'FM/ours':>7} "
+          f"{'sparse us':>9} {'sp/ours':>7}  check")
+    for i, (B, H, sq, L) in enumerate(suite(args.suite)):
+        c = Case(B, H, sq, 512, 64, L, 64, seed=3000 + i)
+        name = f"B{B}_H{H}_sq{sq}_L{L // 1024}k"
+        run_ours, parts = ours.prepare(c)
+        fns = [run_ours, flashmla_runner(c)]
+        sparse_ok = H in (64, 128) and sq == 1
+        if sparse_ok:
+            fns.append(sparse_runner(c))
+        o1, l1 = run_ours()
+        o2, l2 = fns[1]()
+        torch.cuda.synchronize()
+        check = f"out vs FlashMLA bf16 rel_l2 {rel_l2(o1, o2):.2e}"
+        med, rng = interleaved(timer, fns, args.runs, args.warmup)
+        rows = B * sq * H
+        q_bytes = rows * (576 * 2 + 512 * 2 + 4)
+        bytes_fp8 = B * L * FP8_BYTES_PER_TOKEN + q_bytes + rows * (512 + 128 + 4) * 2  # + quantised query w + r
+        bytes_bf16 = B * L * 576 * 2 + q_bytes
+        flops = 2.0 * rows * L * (576 + 512)
+        fl_fp8 = max(bytes_fp8 / (ceil["copy_gbs"] * 1e9), flops / (ceil["fp8_gemm_tflops"] * 1e12)) * 1e6
+        fl_bf16 = max(bytes_bf16 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
+        row = {"shape": [B, H, sq, L], "parts": parts, "ours_us": med[0], "ours_range_us": rng[0],
+               "ours_floor_us": fl_fp8, "ours_frac_floor": fl_fp8 / med[0],
+               "ours_bound": "memory" if bytes_fp8 / ceil["copy_gbs"] / 1e3 >= flops / ceil["fp8_gemm_tflops"] / 1e6
+               else "math",
+               "flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1], "flashmla_bf16_floor_us": fl_bf16,
+               "flashmla_bf16_frac_floor": fl_bf16 / med[1], "speedup_vs_bf16": med[1] / med[0], "check": check}
+        line = (f"{name:<24} {med[0]:8.1f} {100 * fl_fp8 / med[0]:6.1f}% {med[1]:10.1f} {100 * fl_bf16 / med[1]:6.1f}% "
+                f"{med[1] / med[0]:6.2f}x")
+        if sparse_ok:
+            row.update({"flashmla_sparse_us": med[2], "flashmla_sparse_range_us": rng[2],
+                        "speedup_vs_sparse": med[2] / med[0], "sparse_over_bf16": med[1] / med[2]})
+            line += f" {med[2]:9.1f} {med[2] / med[0]:6.2f}x"
+        else:
+            line += f" {'-':>9} {'-':>7}"
+        print(line + "  " + check, flush=True)
+        res["shapes"][name] = row
+        del c, fns, run_ours
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
