@@ -35,11 +35,7 @@ struct V6Cfg {
   }
 };
 
-// kOverlap (the default): warpgroup 0 issues S of tile i+1 right behind its P.V of tile i and
-// waits only for the P.V (wgmma.wait 1) before releasing tile i's stage, so the two GEMMs run
-// back to back on the tensor cores; without it (variant 6, the previous session's schedule)
-// warpgroup 0 waits for its P.V, then for the next stage, then issues S.
-template <int DC, bool kOverlap>
+template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -118,28 +114,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
-    // No accumulator is in flight across an iteration boundary (ptxas would serialise the wgmma
-    // pipeline to move loop-carried accumulators): S is issued in one iteration and completed
-    // at its end.
-    if (kOverlap && wg == 0 && t < stop) compute_s64(sv, sQ, wait_tile(it, t), nk);
     for (int ti = t; ti < stop; ++ti, ++it) {
       const int stage = it % S;
       const uint32_t tile = sK + stage * stage_bytes;
       float alpha[2] = {1.f, 1.f};
       if (wg == 0) {
         const int j0 = ti * kTileTokens;
-        if constexpr (kOverlap) {
-          // Nothing is in flight here (the previous iteration waited for everything); the wait
-          // tells ptxas so, which cannot see that a warpgroup always takes the same branch.
-          gmma::wait<0>();
-        } else {
-          gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
+        gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
 #pragma unroll
-          for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-          if (pending >= 0) release(pending);
-          pending = -1;
-          compute_s64(sv, sQ, wait_tile(it, ti), nk);
-        }
+        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+        if (pending >= 0) release(pending);
+        pending = -1;
+        compute_s64(sv, sQ, wait_tile(it, ti), nk);
         softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll
@@ -185,25 +171,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_ss_n64_tb(acc, da, dv);
       }
       gmma::commit();
-      if (kOverlap && wg == 0) {
-        // S of the next tile queues behind this P.V; the stage is released once the P.V is done.
-        // (Nothing touches the accumulators until the last wait: ptxas would serialise.)
-        if (ti + 1 < stop) {
-          issue_s64(sv, sQ, wait_tile(it + 1, ti + 1), nk);
-          gmma::wait<1>();  // this P.V is done: its stage can be refilled
-          release(it);
-          gmma::wait<0>();  // S of the next tile
-        } else {
-          gmma::wait<0>();
-          release(it);
-        }
-#pragma unroll
-        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-      } else {
-        pending = it;  // released once this warpgroup's next wgmma.wait covers it
-      }
+      pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
     }
     // ---- epilogue ----
     gmma::wait<0>();
@@ -236,9 +204,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  static bool attr_set[2] = {false, false};  // per instantiation
-  auto kernel = p.variant == 6 ? decode_split_v6_kernel<DC, false> : decode_split_v6_kernel<DC, true>;
-  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set[p.variant == 6 ? 0 : 1], "cudaFuncSetAttribute(many-head path v6)");
+  static bool attr_set = false;
+  auto kernel = decode_split_v6_kernel<DC>;
+  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "cudaFuncSetAttribute(many-head path v6)");
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
          "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);

@@ -31,10 +31,7 @@ struct V7Cfg {
   }
 };
 
-// kOverlap (the default): each warpgroup issues S of tile i+1 right behind its P.V of tile i,
-// so it has tensor-core work queued while the other warpgroup runs its softmax; without it
-// (variant 6, the previous session's schedule) S, softmax and P.V run in series per tile.
-template <int DC, bool kOverlap>
+template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v7_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -109,17 +106,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     };
     float sv[32];        // S, then P (fp32) of the current tile
     uint32_t pa[4][4];   // P as wgmma A fragments, one per 16-token k-step
-    // No accumulator or A fragment is in flight across an iteration boundary (ptxas would
-    // serialise the wgmma pipeline otherwise): S issued in one iteration completes at its end.
-    if (kOverlap && t < stop) compute_s64(sv, myQ, wait_tile(it, t), nk);
     for (int ti = t; ti < stop; ++ti, ++it) {
       const uint32_t tile = sK + (it % S) * stage_bytes;
       const int j0 = ti * kTileTokens;
-      if constexpr (kOverlap) {
-        gmma::wait<0>();  // nothing in flight; tells ptxas so
-      } else {
-        compute_s64(sv, myQ, wait_tile(it, ti), nk);
-      }
+      compute_s64(sv, myQ, wait_tile(it, ti), nk);
       float alpha[2];
       softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
 #pragma unroll
@@ -148,15 +138,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_rs_n128(acc, pa[ks], dv);
       }
       gmma::commit();
-      if (kOverlap && ti + 1 < stop) {
-        issue_s64(sv, myQ, wait_tile(it + 1, ti + 1), nk);  // queues behind this P.V
-        gmma::wait<1>();  // this P.V is done: its stage can be refilled
-        release(it);
-        gmma::wait<0>();  // S of the next tile
-      } else {
-        gmma::wait<0>();
-        release(it);
-      }
+      gmma::wait<0>();
+      release(it);
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
 #pragma unroll
@@ -184,9 +167,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  static bool attr_set[2] = {false, false};  // per instantiation
-  auto kernel = p.variant == 6 ? decode_split_v7_kernel<DC, false> : decode_split_v7_kernel<DC, true>;
-  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set[p.variant == 6 ? 0 : 1], "cudaFuncSetAttribute(many-head path v7)");
+  static bool attr_set = false;
+  auto kernel = decode_split_v7_kernel<DC>;
+  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "cudaFuncSetAttribute(many-head path v7)");
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
          "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
