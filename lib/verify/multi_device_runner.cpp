@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -181,6 +182,113 @@ void run_rank(RankJob& j) {
   }
 }
 
+// DCP: rank r holds tokens t with t mod N == r (full latent), decodes every head over them,
+// and the ranks merge by log-sum-exp (see decode_layer_dcp).
+void run_rank_dcp(RankJob& j) {
+  select_device(j.device, j.rank);
+  std::unique_ptr<DecodeBackend> backend = j.device == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  const auto& cfg_r = j.rank_attn.config;
+  const auto& w_r = j.rank_attn.weights;
+  const int N = j.tp, r = j.rank;
+  const int64_t B = static_cast<int64_t>(j.h.size());
+  const int64_t P = j.P, T = j.T, n_tok = P + T;
+  const int64_t D = j.cfg.hidden_size;
+  const int64_t H = cfg_r.num_heads, d_c = cfg_r.kv_lora_rank, d_r = cfg_r.qk_rope_head_dim, dim = d_c + d_r;
+  const double scale = cfg_r.softmax_scale();
+  // Tokens of [0, t] this rank holds.
+  auto local_count = [&](int64_t t) { return t < r ? int64_t(0) : (t - r) / N + 1; };
+
+  std::vector<MatrixR> x(B), k_pe(B), q_lat(B), q_pe(B);
+  for (int64_t b = 0; b < B; ++b) {
+    model::LatentCache lc = model::compute_latent(cfg_r, w_r, j.h[b], 0);
+    x[b] = std::move(lc.x);  // the full-width normalised latent (exact: no slicing)
+    k_pe[b] = std::move(lc.k_pe);
+    model::QueryParts q = model::project_queries(cfg_r, w_r, j.h[b], 0);
+    q_lat[b] = model::absorb_queries(cfg_r, w_r, q.q_nope);
+    q_pe[b] = std::move(q.q_pe);
+  }
+
+  const int64_t local_max = local_count(n_tok - 1);
+  const int64_t pages_per_seq = std::max<int64_t>(1, (local_max + j.page_size - 1) / j.page_size);
+  CacheShape shape;
+  shape.batch = static_cast<int>(B);
+  shape.page_size = j.page_size;
+  shape.max_pages = static_cast<int>(pages_per_seq + 1);
+  shape.num_pages = static_cast<int>(B * pages_per_seq + 3);
+  shape.dim = static_cast<int>(dim);
+  std::vector<int32_t> perm(shape.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(j.seed + 7919 * static_cast<uint64_t>(r));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> table(size_t(B) * shape.max_pages, kPageSentinel);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t p = 0; p < pages_per_seq; ++p) table[b * shape.max_pages + p] = perm[b * pages_per_seq + p];
+  const int cache = backend->create_cache(shape, table);
+  // Cache rows of global tokens `tokens` (the same for every sequence).
+  auto pack = [&](const std::vector<int64_t>& tokens) {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    std::vector<uint16_t> kv(size_t(B) * n * dim);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t* dst = kv.data() + (b * n + i) * dim;
+        for (int64_t jj = 0; jj < d_c; ++jj) dst[jj] = double_to_bf16(x[b](tokens[i], jj));
+        for (int64_t jj = 0; jj < d_r; ++jj) dst[d_c + jj] = double_to_bf16(k_pe[b](tokens[i], jj));
+      }
+    return kv;
+  };
+  std::vector<int64_t> prompt;
+  for (int64_t t = r; t < P; t += N) prompt.push_back(t);
+  if (!prompt.empty())
+    backend->append(cache, pack(prompt), static_cast<int>(prompt.size()), std::vector<int32_t>(B, 0));
+
+  if (j.out) j.out->assign(B, MatrixR::Zero(T, D));
+  std::vector<uint16_t> q(size_t(B) * H * dim), o_bits;
+  std::vector<float> lse;
+  std::vector<double> lse_all(size_t(N) * B * H), partial(size_t(B) * D);
+  for (int64_t t = P; t < n_tok; ++t) {
+    if (t % N == r)
+      backend->append(cache, pack({t}), 1, std::vector<int32_t>(B, static_cast<int32_t>(t / N)));
+    const int64_t n_local = local_count(t);
+    if (n_local > 0) {
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t hh = 0; hh < H; ++hh) {
+          uint16_t* row = q.data() + (b * H + hh) * dim;
+          for (int64_t jj = 0; jj < d_c; ++jj) row[jj] = double_to_bf16(q_lat[b](t, hh * d_c + jj));
+          for (int64_t jj = 0; jj < d_r; ++jj) row[d_c + jj] = double_to_bf16(q_pe[b](t, hh * d_r + jj));
+        }
+      backend->decode(cache, q, static_cast<int>(H), static_cast<int>(d_c), static_cast<int>(d_r),
+                      std::vector<int32_t>(B, static_cast<int32_t>(n_local)), static_cast<float>(scale), o_bits, lse);
+    } else {  // no token of [0, t] here yet: an empty partial
+      o_bits.assign(size_t(B) * H * d_c, 0);
+      lse.assign(size_t(B) * H, -std::numeric_limits<float>::infinity());
+    }
+    // Gather every rank's LSE (rows of zeros elsewhere, so the sum is the gather).
+    std::fill(lse_all.begin(), lse_all.end(), 0.0);
+    for (int64_t i = 0; i < B * H; ++i) lse_all[size_t(r) * B * H + i] = lse[i];
+    reduce(j, "dcp_lse", lse_all);
+    for (int64_t b = 0; b < B; ++b) {
+      MatrixR o_lat(1, H * d_c);
+      for (int64_t hh = 0; hh < H; ++hh) {
+        const size_t i = size_t(b) * H + hh;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int k = 0; k < N; ++k) m = std::max(m, lse_all[size_t(k) * B * H + i]);
+        double sum = 0.0;
+        for (int k = 0; k < N; ++k) sum += std::exp(lse_all[size_t(k) * B * H + i] - m);
+        const double w = std::isinf(lse[i]) ? 0.0 : std::exp(double(lse[i]) - m) / sum;
+        for (int64_t jj = 0; jj < d_c; ++jj) o_lat(0, hh * d_c + jj) = w * bf16_to_float(o_bits[i * d_c + jj]);
+      }
+      const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
+      Eigen::RowVectorXd y = Eigen::RowVectorXd::Zero(D);
+      y += o * w_r.o_proj.transpose();
+      std::copy(y.data(), y.data() + D, partial.data() + b * D);
+    }
+    reduce(j, "o_proj", partial);
+    if (j.out)
+      for (int64_t b = 0; b < B; ++b)
+        (*j.out)[b].row(t - P) = Eigen::Map<const Eigen::RowVectorXd>(partial.data() + b * D, D);
+  }
+}
+
 }  // namespace
 
 MultiDeviceRunner::MultiDeviceRunner(const std::string& device, int devices) : device_(device), devices_(devices) {
@@ -207,6 +315,36 @@ std::string MultiDeviceRunner::name() const {
   return std::to_string(devices_) + (device_ == "cuda" ? " CUDA devices, NCCL all-reduce" : " CPU threads (twin), in-process all-reduce");
 }
 
+template <class F>
+void MultiDeviceRunner::on_every_rank(F&& fn) {
+  const int n = devices_;
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+        for (auto& c : comms_) c->abort();  // the other ranks must not wait for this one
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Report the first rank that failed on its own (the others fail with "aborted").
+  for (int r = 0; r < n; ++r)
+    if (errors[r]) {
+      try {
+        std::rethrow_exception(errors[r]);
+      } catch (const std::exception& e) {
+        if (std::string(e.what()).find("aborted") != std::string::npos) continue;
+        throw Error("rank " + std::to_string(r) + " (" + device_ + " device " + std::to_string(r) + "): " + e.what());
+      }
+    }
+  for (int r = 0; r < n; ++r)
+    if (errors[r]) std::rethrow_exception(errors[r]);
+}
+
 std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model::MlaConfig& cfg,
                                                      const std::vector<transform::RankAttention>& ranks,
                                                      const std::vector<MatrixR>& h, int64_t P, int64_t T, int page_size,
@@ -226,33 +364,37 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model:
     placement_.push_back(p);
   }
   std::vector<MatrixR> out;
-  std::vector<std::exception_ptr> errors(tp);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < tp; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        RankJob job{layer, cfg, ranks[r], h, P, T, page_size, seed, r, tp, device_, *comms_[r], reductions_[r],
-                    r == 0 ? &out : nullptr};
-        run_rank(job);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        for (auto& c : comms_) c->abort();  // the other ranks must not wait for this one
-      }
-    });
+  on_every_rank([&](int r) {
+    RankJob job{layer, cfg, ranks[r], h, P, T, page_size, seed, r, tp, device_, *comms_[r], reductions_[r],
+                r == 0 ? &out : nullptr};
+    run_rank(job);
+  });
+  return out;
+}
+
+std::vector<MatrixR> MultiDeviceRunner::decode_layer_dcp(int64_t layer, const model::MlaConfig& cfg,
+                                                         const transform::RankAttention& full,
+                                                         const std::vector<MatrixR>& h, int64_t P, int64_t T,
+                                                         int page_size, uint64_t seed) {
+  if (full.tpla.contains("tp") && full.tpla.at("tp").get<int>() != 1)
+    throw InputError("--dcp: needs a tp = 1 conversion (every rank holds every head and the whole latent); this one has tp " +
+                     std::to_string(full.tpla.at("tp").get<int>()));
+  placement_.clear();
+  for (int r = 0; r < devices_; ++r) {
+    RankPlacement p;
+    p.rank = r;
+    p.device = r;
+    p.group = 0;
+    p.heads = full.config.num_heads;
+    p.latent_width = full.config.kv_lora_rank;
+    placement_.push_back(p);
   }
-  for (auto& t : threads) t.join();
-  // Report the first rank that failed on its own (the others fail with "aborted").
-  for (int r = 0; r < tp; ++r)
-    if (errors[r]) {
-      try {
-        std::rethrow_exception(errors[r]);
-      } catch (const std::exception& e) {
-        if (std::string(e.what()).find("aborted") != std::string::npos) continue;
-        throw Error("rank " + std::to_string(r) + " (" + device_ + " device " + std::to_string(r) + "): " + e.what());
-      }
-    }
-  for (int r = 0; r < tp; ++r)
-    if (errors[r]) std::rethrow_exception(errors[r]);
+  std::vector<MatrixR> out;
+  on_every_rank([&](int r) {
+    RankJob job{layer, cfg, full, h, P, T, page_size, seed, r, devices_, device_, *comms_[r], reductions_[r],
+                r == 0 ? &out : nullptr};
+    run_rank_dcp(job);
+  });
   return out;
 }
 

@@ -68,6 +68,18 @@ class MultiDeviceRunner {
                                     const std::vector<transform::RankAttention>& ranks, const std::vector<MatrixR>& h,
                                     int64_t P, int64_t T, int page_size, uint64_t seed);
 
+  // Decode context parallelism (DCP, the exact alternative to TPLA): every rank holds the
+  // full-width latent cache of every devices()-th token (token t on rank t mod N, prompt and
+  // decoded tokens alike), decodes ALL heads of `full` (a tp = 1 conversion's layer) over its
+  // tokens, and the partial outputs are merged by log-sum-exp across ranks: the ranks' LSEs are
+  // gathered ("dcp_lse", an all-reduce of an N x B x H buffer each rank fills its row of),
+  // each rank scales its latent output by exp(lse_r - lse_total), applies W_UV and o_proj (linear,
+  // so the scaled partials sum to the exact output) and the partials are all-reduced ("o_proj").
+  // Queries are computed on every rank (replicated q projection). Returns [T, D] per sequence.
+  std::vector<MatrixR> decode_layer_dcp(int64_t layer, const model::MlaConfig& cfg, const transform::RankAttention& full,
+                                        const std::vector<MatrixR>& h, int64_t P, int64_t T, int page_size,
+                                        uint64_t seed);
+
   // Bookkeeping of the last decode_layer calls (for tests and logs).
   const std::vector<RankPlacement>& placement() const { return placement_; }
   // Every all-reduce each rank made, in order, since construction.
@@ -79,6 +91,9 @@ class MultiDeviceRunner {
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<RankPlacement> placement_;
   std::vector<std::vector<ReductionRecord>> reductions_;
+  // Runs fn(rank) on one thread per rank; the first rank that failed on its own is reported.
+  template <class F>
+  void on_every_rank(F&& fn);
 };
 
 }  // namespace mla::verify

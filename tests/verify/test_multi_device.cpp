@@ -172,3 +172,47 @@ TEST(MultiDeviceRunner, RefusesAnotherNumberOfDevicesThanRanks) {
   }
   EXPECT_THROW(mla::verify::MultiDeviceRunner("tpu", 2), mla::InputError);
 }
+
+TEST(MultiDeviceRunner, DcpEqualsTheOneDeviceDecodeWithinBf16) {
+  // Decode context parallelism on a tp = 1 conversion: exact up to the bf16 partial outputs.
+  auto o = options(convert("tp1", 1, 1, Reparam::Identity, NormMode::Approx));
+  o.dcp = true;
+  for (auto [devices, prefill] : {std::pair{2, int64_t(24)}, std::pair{3, int64_t(1)}}) {
+    // prefill 1 on 3 ranks: ranks 1 and 2 hold no token at the first decode step(s).
+    o.devices = devices;
+    o.prefill = prefill;
+    const auto rep = mla::verify::verify_decode(o);
+    EXPECT_TRUE(rep.pass);
+    for (const auto& l : rep.layers) {
+      ASSERT_TRUE(l.devices_ran);
+      EXPECT_LE(l.devices_vs_sequential.rel_l2, o.kernel_rel_l2) << devices << " ranks, layer " << l.layer;
+      EXPECT_GT(l.devices_vs_sequential.rel_l2, 0.0);  // bf16 partials merged: not bit-equal
+      EXPECT_LT(l.kernel_vs_f64_path.rel_l2, o.kernel_rel_l2);
+      std::printf("[figure] DCP %d ranks (prefill %lld) layer %lld: vs one device rel_l2 %.3e, vs float64 %.3e\n", devices,
+                  static_cast<long long>(prefill), static_cast<long long>(l.layer), l.devices_vs_sequential.rel_l2,
+                  l.kernel_vs_f64_path.rel_l2);
+    }
+  }
+}
+
+TEST(MultiDeviceRunner, DcpReductionsAndRefusals) {
+  const int64_t B = 2, P = 4, T = 3;
+  const RunnerInputs in = runner_inputs(convert("tp1", 1, 1, Reparam::Identity, NormMode::Approx), 1, 2, B, P + T);
+  mla::verify::MultiDeviceRunner runner("cpu", 2);
+  runner.decode_layer_dcp(2, in.cfg, in.ranks[0], in.h, P, T, 64, 1);
+  std::vector<ReductionRecord> expected;
+  for (int64_t t = 0; t < T; ++t) {
+    expected.push_back({2, "dcp_lse", size_t(2 * B * in.cfg.num_heads)});
+    expected.push_back({2, "o_proj", size_t(B * in.cfg.hidden_size)});
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runner.reductions()[r], expected) << "rank " << r;
+    EXPECT_EQ(runner.placement()[r].heads, in.cfg.num_heads);
+    EXPECT_EQ(runner.placement()[r].latent_width, in.cfg.kv_lora_rank);
+  }
+  const RunnerInputs tpla = runner_inputs(convert("tp2g2", 2, 2, Reparam::Hadamard, NormMode::Exact), 2, 0, 1, 4);
+  EXPECT_THROW(runner.decode_layer_dcp(0, tpla.cfg, tpla.ranks[0], tpla.h, 2, 2, 64, 1), mla::InputError);
+  auto o = options(convert("tp1", 1, 1, Reparam::Identity, NormMode::Approx));
+  o.dcp = true;  // without --devices
+  EXPECT_THROW(mla::verify::verify_decode(o), mla::InputError);
+}

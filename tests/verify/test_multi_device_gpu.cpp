@@ -34,3 +34,24 @@ TEST(MultiDeviceGpu, RanksOnTwoGpusEqualTheOneGpuSequentialSum) {
     }
   }
 }
+
+TEST(MultiDeviceGpu, DcpOnTwoGpusEqualsTheOneGpuDecodeWithinBf16) {
+  if (!mla::verify::cuda_backend_available() || !mla::verify::nccl_available()) GTEST_SKIP() << "no CUDA device or no NCCL";
+  try {
+    mla::verify::MultiDeviceRunner probe("cuda", 2);
+  } catch (const mla::InputError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  auto o = options(convert("tp1", 1, 1, mla::transform::Reparam::Identity, mla::transform::NormMode::Approx));
+  o.device = "cuda";
+  o.devices = 2;
+  o.dcp = true;
+  const auto rep = mla::verify::verify_decode(o);
+  EXPECT_TRUE(rep.pass);
+  for (const auto& l : rep.layers) {
+    ASSERT_TRUE(l.devices_ran);
+    EXPECT_LE(l.devices_vs_sequential.rel_l2, o.kernel_rel_l2) << "layer " << l.layer;
+    std::printf("[figure] DCP layer %lld: 2 GPUs vs 1 GPU rel_l2 %.3e; vs float64 %.3e\n", static_cast<long long>(l.layer),
+                l.devices_vs_sequential.rel_l2, l.kernel_vs_f64_path.rel_l2);
+  }
+}

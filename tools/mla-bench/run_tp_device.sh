@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a machine with >= 2 GPUs (nvidia-h200-x2): build, the multi-device tests, verify-decode
-# on the trained tiny models with each TPLA rank on its own GPU (NCCL), then mla-bench --tp 2
+# on the trained tiny models with each TPLA rank on its own GPU (NCCL) and with DCP (tokens shared by
+# the GPUs), then mla-bench --tp 2
 # (head-parallel / tpla / dcp layer step at 8K and 32K, capacity view). NCCL_NVLS_ENABLE is left
 # as the machine sets it (0: NVLink multicast off). Needs datasets/corpus/heldout.bin (carried).
 # Usage (repo root): OUT=dir [DEVICE=cuda] [BUILD=/tmp/bt] bash tools/mla-bench/run_tp_device.sh
@@ -44,6 +45,14 @@ for m in tiny-v2 tiny-v3; do
       --max-rel-l2 1 --max-cos-diff 1 --json "$OUT/verify-$m-$norm.json" | tee "$OUT/verify-$m-$norm.txt"
     echo "rc=${PIPESTATUS[0]}"
   done
+  d=/tmp/tp-work/$m-tp1
+  rm -rf "$d"
+  "$T/mla-convert/mla-convert" -q --tp 1 --reparam identity -o "$d" "datasets/$m" || exit 1
+  echo "== verify-decode $m DCP: tokens shared by 2 ${DEVICE} devices, LSE merge across them =="
+  timeout 120 "$T/verify-decode/verify-decode" -q --original "datasets/$m" --converted "$d" \
+    --activations "/tmp/tp-work/$m-cap.h5" --prefill 192 --decode 64 --sequences 8 --device "$DEVICE" --devices 2 --dcp \
+    --json "$OUT/verify-$m-dcp.json" | tee "$OUT/verify-$m-dcp.txt"
+  echo "rc=${PIPESTATUS[0]}"
 done
 
 if [ "$DEVICE" = cuda ]; then
