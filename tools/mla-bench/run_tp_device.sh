@@ -41,7 +41,7 @@ for m in tiny-v2 tiny-v3; do
     "$T/mla-convert/mla-convert" -q --tp 2 --reparam hadamard --seed 3 --norm $norm -o "$d" "datasets/$m" || exit 1
     echo "== verify-decode $m tp=2 hadamard $norm: ranks on 2 ${DEVICE} devices =="
     timeout 120 "$T/verify-decode/verify-decode" -q --original "datasets/$m" --converted "$d" \
-      --activations "/tmp/tp-work/$m-cap.h5" --prefill 192 --decode 64 --sequences 8 --device "$DEVICE" --devices 2 \
+      --activations "/tmp/tp-work/$m-cap.h5" --prefill 128 --decode 32 --sequences 4 --device "$DEVICE" --devices 2 \
       --max-rel-l2 1 --max-cos-diff 1 --json "$OUT/verify-$m-$norm.json" | tee "$OUT/verify-$m-$norm.txt"
     echo "rc=${PIPESTATUS[0]}"
   done
@@ -50,7 +50,7 @@ for m in tiny-v2 tiny-v3; do
   "$T/mla-convert/mla-convert" -q --tp 1 --reparam identity -o "$d" "datasets/$m" || exit 1
   echo "== verify-decode $m DCP: tokens shared by 2 ${DEVICE} devices, LSE merge across them =="
   timeout 120 "$T/verify-decode/verify-decode" -q --original "datasets/$m" --converted "$d" \
-    --activations "/tmp/tp-work/$m-cap.h5" --prefill 192 --decode 64 --sequences 8 --device "$DEVICE" --devices 2 --dcp \
+    --activations "/tmp/tp-work/$m-cap.h5" --prefill 128 --decode 32 --sequences 4 --device "$DEVICE" --devices 2 --dcp \
     --json "$OUT/verify-$m-dcp.json" | tee "$OUT/verify-$m-dcp.txt"
   echo "rc=${PIPESTATUS[0]}"
 done
