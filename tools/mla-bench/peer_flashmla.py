@@ -48,7 +48,7 @@ class Ours:
         self.lib.mla_decode_capi_parts.argtypes = [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)]
         f = self.lib.mla_decode_capi_run
         f.restype = ctypes.c_int
-        f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 9 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
+        f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
                       ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
         self.err = ctypes.create_string_buffer(1024)
 
