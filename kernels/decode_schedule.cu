@@ -100,9 +100,6 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
   return m;
 }
 
-// The 32-token wgmma kernel (> 16 rows): variant 9 = v4, variant 8 = v5 (pipelined). Needs
-// d_c >= 128, d_c + d_r a multiple of 32, and Q + 3 stages + exchange within 227 KB (d_r <= 64 at
-
 }  // namespace
 
 void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, bool with_map, int box_rows,

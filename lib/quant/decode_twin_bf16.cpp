@@ -1,4 +1,4 @@
-// CPU twin of kernels/mla_decode.cu: the same schedule, tiles and rounding points (see the
+// CPU twin of the BF16 decode kernels (kernels/mla_decode.hpp): the same schedule, tiles and rounding points (see the
 // header); only the order of fp32 additions inside a dot product differs from the tensor cores.
 #include "quant/decode_twin_bf16.hpp"
 

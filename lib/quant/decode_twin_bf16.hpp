@@ -124,7 +124,7 @@ MLA_HD inline int decode_tiles(int seqlen, int tile) {
 // [p P, (p + 1) P), P = ceil(S_batch / num_parts). So a part does at most P tiles; a request
 // is split where a part boundary falls inside its tiles. Splits are numbered by request, then
 // part (= the walk order: part, then request). The same per-request functions run on the
-// host (loops below) and on the GPU (kernels/mla_decode.cu, one thread per request).
+// host (loops below) and on the GPU (kernels/decode_schedule.cu, one thread per request).
 struct DecodeScheduleDims {
   long long per_part;  // P
   int num_parts;
