@@ -83,6 +83,28 @@ TEST(DecodeSchedule, LongRequestIsSplitShortOnesAreNot) {
   EXPECT_LE(max_tiles, (1000 + 7) / 16 + 2 * quant::kFixedCost + 2);
 }
 
+// The workspace layout the kernels carve and decode_workspace_bytes counts: the TMA descriptor
+// first, then the schedule, then 256-byte-aligned LSE and partial-output arrays large enough for
+// the worst case of splits (every part boundary cutting a request).
+TEST(DecodeWorkspace, LayoutIsOrderedAlignedAndLargeEnough) {
+  for (int batch : {1, 7, 128, 1000})
+    for (int parts : {1, 66, 132, 264})
+      for (int heads : {1, 16, 128}) {
+        const int s_q = 2, d_c = 512;
+        const quant::DecodeWorkspaceLayout l = quant::decode_workspace_layout(batch, s_q, heads, d_c, parts);
+        const size_t rows = static_cast<size_t>(s_q) * heads;
+        const size_t splits = quant::decode_max_splits(batch, parts);
+        EXPECT_EQ(l.info, quant::kDecodeMapBytes);
+        EXPECT_EQ(l.offsets, l.info + static_cast<size_t>(parts) * kPartInfoInts * sizeof(int32_t));
+        EXPECT_GE(l.lse, l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
+        EXPECT_EQ(l.lse % 256, 0u);
+        EXPECT_GE(l.o, l.lse + splits * rows * sizeof(float));
+        EXPECT_EQ(l.o % 256, 0u);
+        EXPECT_EQ(l.total, l.o + splits * rows * d_c * sizeof(float));
+        EXPECT_EQ(quant::decode_workspace_bytes(batch, s_q, heads, d_c, parts), l.total);
+      }
+}
+
 struct TwinCaseSpec {
   std::vector<int32_t> seqlens;
   int s_q, heads, d_c, d_r, page_size, parts;
