@@ -57,6 +57,7 @@ struct RankJob {
   int page_size;
   uint64_t seed;
   int rank, tp;
+  int gpu;  // CUDA device of this rank
   const std::string& device;
   Communicator& comm;
   std::vector<ReductionRecord>& log;
@@ -69,7 +70,7 @@ void reduce(RankJob& j, const char* tag, std::vector<double>& v) {
 }
 
 void run_rank(RankJob& j) {
-  select_device(j.device, j.rank);
+  select_device(j.device, j.gpu);
   std::unique_ptr<DecodeBackend> backend = j.device == "cuda" ? make_cuda_backend() : make_cpu_backend();
   const auto& cfg_r = j.rank_attn.config;
   const auto& w_r = j.rank_attn.weights;
@@ -185,7 +186,7 @@ void run_rank(RankJob& j) {
 // DCP: rank r holds tokens t with t mod N == r (full latent), decodes every head over them,
 // and the ranks merge by log-sum-exp (see decode_layer_dcp).
 void run_rank_dcp(RankJob& j) {
-  select_device(j.device, j.rank);
+  select_device(j.device, j.gpu);
   std::unique_ptr<DecodeBackend> backend = j.device == "cuda" ? make_cuda_backend() : make_cpu_backend();
   const auto& cfg_r = j.rank_attn.config;
   const auto& w_r = j.rank_attn.weights;
@@ -291,18 +292,28 @@ void run_rank_dcp(RankJob& j) {
 
 }  // namespace
 
-MultiDeviceRunner::MultiDeviceRunner(const std::string& device, int devices) : device_(device), devices_(devices) {
+MultiDeviceRunner::MultiDeviceRunner(const std::string& device, int devices, const std::string& comm)
+    : device_(device), devices_(devices) {
   if (devices < 1) throw InputError("--devices must be >= 1, got " + std::to_string(devices));
+  if (comm != "auto" && comm != "nccl" && comm != "threads")
+    throw InputError("--comm must be auto, nccl or threads, got '" + comm + "'");
   if (device == "cpu") {
+    if (comm == "nccl") throw InputError("--comm nccl needs --device cuda");
     comms_ = make_thread_communicators(devices);
   } else if (device == "cuda") {
-    const int visible = visible_cuda_devices();
-    if (visible < devices)
-      throw InputError("--devices " + std::to_string(devices) + ": " + std::to_string(visible) +
-                       " CUDA device(s) visible (each rank needs its own GPU)");
-    std::vector<int> ids(devices);
-    std::iota(ids.begin(), ids.end(), 0);
-    comms_ = make_nccl_communicators(ids);
+    visible_gpus_ = visible_cuda_devices();
+    if (visible_gpus_ < 1) throw InputError("--device cuda: no CUDA device is present");
+    if (comm == "threads") {
+      comms_ = make_thread_communicators(devices);
+    } else {
+      if (visible_gpus_ < devices)
+        throw InputError("--devices " + std::to_string(devices) + ": " + std::to_string(visible_gpus_) +
+                         " CUDA device(s) visible (each rank needs its own GPU; --comm threads shares them)");
+      std::vector<int> ids(devices);
+      std::iota(ids.begin(), ids.end(), 0);
+      comms_ = make_nccl_communicators(ids);
+      nccl_ = true;
+    }
   } else {
     throw InputError("--device must be cpu or cuda, got '" + device + "'");
   }
@@ -312,7 +323,11 @@ MultiDeviceRunner::MultiDeviceRunner(const std::string& device, int devices) : d
 MultiDeviceRunner::~MultiDeviceRunner() = default;
 
 std::string MultiDeviceRunner::name() const {
-  return std::to_string(devices_) + (device_ == "cuda" ? " CUDA devices, NCCL all-reduce" : " CPU threads (twin), in-process all-reduce");
+  const std::string n = std::to_string(devices_);
+  if (device_ == "cpu") return n + " CPU threads (twin), in-process all-reduce";
+  if (nccl_) return n + " CUDA devices, NCCL all-reduce";
+  return n + " ranks on " + std::to_string(std::min(devices_, visible_gpus_)) +
+         " CUDA device(s) (one thread each), in-process all-reduce";
 }
 
 template <class F>
@@ -338,7 +353,7 @@ void MultiDeviceRunner::on_every_rank(F&& fn) {
         std::rethrow_exception(errors[r]);
       } catch (const std::exception& e) {
         if (std::string(e.what()).find("aborted") != std::string::npos) continue;
-        throw Error("rank " + std::to_string(r) + " (" + device_ + " device " + std::to_string(r) + "): " + e.what());
+        throw Error("rank " + std::to_string(r) + " (" + device_ + " device " + std::to_string(gpu_of(r)) + "): " + e.what());
       }
     }
   for (int r = 0; r < n; ++r)
@@ -357,7 +372,7 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model:
   for (int r = 0; r < tp; ++r) {
     RankPlacement p;
     p.rank = r;
-    p.device = r;
+    p.device = gpu_of(r);
     p.group = ranks[r].tpla.at("group").get<int>();
     p.heads = ranks[r].config.num_heads;
     p.latent_width = ranks[r].config.kv_lora_rank;
@@ -365,7 +380,7 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model:
   }
   std::vector<MatrixR> out;
   on_every_rank([&](int r) {
-    RankJob job{layer, cfg, ranks[r], h, P, T, page_size, seed, r, tp, device_, *comms_[r], reductions_[r],
+    RankJob job{layer, cfg, ranks[r], h, P, T, page_size, seed, r, tp, gpu_of(r), device_, *comms_[r], reductions_[r],
                 r == 0 ? &out : nullptr};
     run_rank(job);
   });
@@ -383,7 +398,7 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer_dcp(int64_t layer, const mo
   for (int r = 0; r < devices_; ++r) {
     RankPlacement p;
     p.rank = r;
-    p.device = r;
+    p.device = gpu_of(r);
     p.group = 0;
     p.heads = full.config.num_heads;
     p.latent_width = full.config.kv_lora_rank;
@@ -391,7 +406,7 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer_dcp(int64_t layer, const mo
   }
   std::vector<MatrixR> out;
   on_every_rank([&](int r) {
-    RankJob job{layer, cfg, full, h, P, T, page_size, seed, r, devices_, device_, *comms_[r], reductions_[r],
+    RankJob job{layer, cfg, full, h, P, T, page_size, seed, r, devices_, gpu_of(r), device_, *comms_[r], reductions_[r],
                 r == 0 ? &out : nullptr};
     run_rank_dcp(job);
   });

@@ -51,8 +51,10 @@ struct ReductionRecord {
 class MultiDeviceRunner {
  public:
   // device "cuda": rank r on CUDA device r, NCCL; "cpu": rank r on thread r, CPU twin, the
-  // in-process communicator. Throws InputError/Error naming what is missing.
-  MultiDeviceRunner(const std::string& device, int devices);
+  // in-process communicator. comm "threads" with "cuda": rank r's kernels on GPU r mod (visible
+  // GPUs), sums through the in-process communicator (a one-GPU machine runs the same ranks
+  // concurrently; no NCCL). Throws InputError/Error naming what is missing.
+  MultiDeviceRunner(const std::string& device, int devices, const std::string& comm = "auto");
   ~MultiDeviceRunner();
   MultiDeviceRunner(const MultiDeviceRunner&) = delete;
   MultiDeviceRunner& operator=(const MultiDeviceRunner&) = delete;
@@ -88,6 +90,9 @@ class MultiDeviceRunner {
  private:
   std::string device_;
   int devices_ = 0;
+  bool nccl_ = false;
+  int visible_gpus_ = 0;
+  int gpu_of(int rank) const { return visible_gpus_ > 0 ? rank % visible_gpus_ : rank; }
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<RankPlacement> placement_;
   std::vector<std::vector<ReductionRecord>> reductions_;

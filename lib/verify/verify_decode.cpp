@@ -335,7 +335,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   std::unique_ptr<MultiDeviceRunner> runner;
   if (o.dcp && o.devices < 1) throw InputError("--dcp needs --devices N (the ranks sharing the tokens)");
   if (o.devices > 0) {
-    runner = std::make_unique<MultiDeviceRunner>(o.device, o.devices);
+    runner = std::make_unique<MultiDeviceRunner>(o.device, o.devices, o.comm);
     rep.devices = (o.dcp ? "DCP on " : "") + runner->name();
   }
   // DCP is exact: it must equal the one-device decode within the BF16 kernels' tolerance; TPLA

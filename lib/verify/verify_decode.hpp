@@ -39,6 +39,7 @@ struct VerifyOptions {
   std::string device = "cpu";      // cpu | cuda
   std::string kv = "bf16";         // KV-cache format: verify/fp8_backend.hpp (bf16, fp8, fp8-A..D, ...)
   int devices = 0;                 // > 0: also run every rank on its own device (multi_device_runner.hpp)
+  std::string comm = "auto";       // with devices: nccl (cuda) | threads (in-process sums; cuda ranks may share GPUs)
   bool dcp = false;                // with devices: decode context parallelism (a tp = 1 conversion) instead of TPLA ranks
   int page_size = 64;
   uint64_t seed = 1;               // page permutation

@@ -171,6 +171,9 @@ TEST(MultiDeviceRunner, RefusesAnotherNumberOfDevicesThanRanks) {
     EXPECT_NE(std::string(e.what()).find("--devices 2"), std::string::npos) << e.what();
   }
   EXPECT_THROW(mla::verify::MultiDeviceRunner("tpu", 2), mla::InputError);
+  EXPECT_THROW(mla::verify::MultiDeviceRunner("cpu", 2, "nccl"), mla::InputError);
+  EXPECT_THROW(mla::verify::MultiDeviceRunner("cpu", 2, "mpi"), mla::InputError);
+  EXPECT_THROW(mla::verify::MultiDeviceRunner("cpu", 0), mla::InputError);
 }
 
 TEST(MultiDeviceRunner, DcpEqualsTheOneDeviceDecodeWithinBf16) {

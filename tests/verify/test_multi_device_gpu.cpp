@@ -1,4 +1,5 @@
-// TPLA ranks on their own GPUs through NCCL (label gpu): skips cleanly without 2 devices or NCCL.
+// TPLA and DCP ranks on their own GPUs through NCCL (label gpu); with one GPU (or no NCCL) both ranks
+// share it and sum in process. Skips cleanly without a device.
 #include <gtest/gtest.h>
 
 #include "verify/decode_backend.hpp"
@@ -8,14 +9,26 @@
 
 using namespace verify_test;
 
+namespace {
+// NCCL with 2 GPUs; otherwise both ranks on the one GPU, summed in process (printed, so a log
+// shows which ran).
+std::string comm_for_two_ranks() {
+  std::string comm = "threads";
+  if (mla::verify::nccl_available()) {
+    try {
+      mla::verify::MultiDeviceRunner probe("cuda", 2, "nccl");
+      comm = "nccl";
+    } catch (const mla::InputError&) {
+    }
+  }
+  std::printf("[figure] ranks' communicator: %s\n", comm.c_str());
+  return comm;
+}
+}  // namespace
+
 TEST(MultiDeviceGpu, RanksOnTwoGpusEqualTheOneGpuSequentialSum) {
   if (!mla::verify::cuda_backend_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
-  if (!mla::verify::nccl_available()) GTEST_SKIP() << "a build without NCCL";
-  try {
-    mla::verify::MultiDeviceRunner probe("cuda", 2);
-  } catch (const mla::InputError& e) {
-    GTEST_SKIP() << e.what();  // fewer than 2 GPUs
-  }
+  const std::string comm = comm_for_two_ranks();
   for (auto norm : {mla::transform::NormMode::Exact, mla::transform::NormMode::Approx}) {
     const bool exact = norm == mla::transform::NormMode::Exact;
     auto o = options(convert(exact ? "tp2g2" : "tp2g2_approx", 2, 2, mla::transform::Reparam::Hadamard, norm));
@@ -23,6 +36,7 @@ TEST(MultiDeviceGpu, RanksOnTwoGpusEqualTheOneGpuSequentialSum) {
     o.max_cos_diff = 1.0;
     o.device = "cuda";
     o.devices = 2;
+    o.comm = comm;
     const auto rep = mla::verify::verify_decode(o);
     for (const auto& l : rep.layers) {
       ASSERT_TRUE(l.devices_ran);
@@ -36,15 +50,12 @@ TEST(MultiDeviceGpu, RanksOnTwoGpusEqualTheOneGpuSequentialSum) {
 }
 
 TEST(MultiDeviceGpu, DcpOnTwoGpusEqualsTheOneGpuDecodeWithinBf16) {
-  if (!mla::verify::cuda_backend_available() || !mla::verify::nccl_available()) GTEST_SKIP() << "no CUDA device or no NCCL";
-  try {
-    mla::verify::MultiDeviceRunner probe("cuda", 2);
-  } catch (const mla::InputError& e) {
-    GTEST_SKIP() << e.what();
-  }
+  if (!mla::verify::cuda_backend_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  const std::string comm = comm_for_two_ranks();
   auto o = options(convert("tp1", 1, 1, mla::transform::Reparam::Identity, mla::transform::NormMode::Approx));
   o.device = "cuda";
   o.devices = 2;
+  o.comm = comm;
   o.dcp = true;
   const auto rep = mla::verify::verify_decode(o);
   EXPECT_TRUE(rep.pass);

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   app.add_option("--norm", tp_norm, "--tp: tpla's normalisation (exact adds the one-float-per-token all-reduce)")
       ->check(CLI::IsMember({"exact", "approx"}));
   app.add_option("--kv-budget-gib", tpo.kv_budget_gib, "--tp: per-GPU KV-cache budget of the capacity view");
+  app.add_flag("--tp-one-gpu", tpo.one_gpu, "--tp on a one-GPU machine: time rank 0 of each mode alone (per-device work); "
+                                            "the collectives' time is predicted, not measured");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (app.count("--tp")) {

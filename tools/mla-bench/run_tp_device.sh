@@ -19,6 +19,10 @@ if [ "$DEVICE" = cuda ]; then
     NCCL_ROOT=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2> /dev/null) && export NCCL_ROOT
   fi
   echo "NCCL_ROOT=${NCCL_ROOT:-(toolkit)}"
+  NGPU=$(nvidia-smi -L | grep -c '^GPU')
+  # One GPU: both ranks share it and sum in process; mla-bench times rank 0 alone.
+  if [ "$NGPU" -ge 2 ]; then COMM=nccl; ONE=(); else COMM=threads; ONE=(--tp-one-gpu); fi
+  echo "GPUs: $NGPU, ranks' communicator: $COMM"
   t0=$(date +%s)
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a > "$OUT/build.log" 2>&1 &&
     cmake --build "$BUILD" -j"$(nproc)" --target mla-bench verify-decode mla-forward mla-convert test_multi_device test_multi_device_gpu \
@@ -41,7 +45,7 @@ for m in tiny-v2 tiny-v3; do
     "$T/mla-convert/mla-convert" -q --tp 2 --reparam hadamard --seed 3 --norm $norm -o "$d" "datasets/$m" || exit 1
     echo "== verify-decode $m tp=2 hadamard $norm: ranks on 2 ${DEVICE} devices =="
     timeout 120 "$T/verify-decode/verify-decode" -q --original "datasets/$m" --converted "$d" \
-      --activations "/tmp/tp-work/$m-cap.h5" --prefill 128 --decode 32 --sequences 4 --device "$DEVICE" --devices 2 \
+      --activations "/tmp/tp-work/$m-cap.h5" --prefill 128 --decode 32 --sequences 4 --device "$DEVICE" --devices 2 --comm "${COMM:-threads}" \
       --max-rel-l2 1 --max-cos-diff 1 --json "$OUT/verify-$m-$norm.json" | tee "$OUT/verify-$m-$norm.txt"
     echo "rc=${PIPESTATUS[0]}"
   done
@@ -50,13 +54,13 @@ for m in tiny-v2 tiny-v3; do
   "$T/mla-convert/mla-convert" -q --tp 1 --reparam identity -o "$d" "datasets/$m" || exit 1
   echo "== verify-decode $m DCP: tokens shared by 2 ${DEVICE} devices, LSE merge across them =="
   timeout 120 "$T/verify-decode/verify-decode" -q --original "datasets/$m" --converted "$d" \
-    --activations "/tmp/tp-work/$m-cap.h5" --prefill 128 --decode 32 --sequences 4 --device "$DEVICE" --devices 2 --dcp \
+    --activations "/tmp/tp-work/$m-cap.h5" --prefill 128 --decode 32 --sequences 4 --device "$DEVICE" --devices 2 --comm "${COMM:-threads}" --dcp \
     --json "$OUT/verify-$m-dcp.json" | tee "$OUT/verify-$m-dcp.txt"
   echo "rc=${PIPESTATUS[0]}"
 done
 
 if [ "$DEVICE" = cuda ]; then
   echo "== mla-bench --tp 2 =="
-  timeout 200 "$T/mla-bench/mla-bench" --tp 2 --batch 128 --seqlens 8192 32768 --runs 30 --json "$OUT/tp-bench.json" 2>&1 |
+  timeout 200 "$T/mla-bench/mla-bench" --tp 2 --batch 128 --seqlens 8192 32768 --runs 30 "${ONE[@]}" --json "$OUT/tp-bench.json" 2>&1 |
     tee "$OUT/tp-bench.txt"
 fi

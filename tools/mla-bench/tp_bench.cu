@@ -214,6 +214,7 @@ RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm
   fill(kv.p, res.kv_bytes / 2, 15 + rank, 1.f, s);
   fill(qa.p, size_t(B) * kQLora, 16, 1.f, s);
   ck(cudaMemsetAsync(nrm.p, 0, size_t(B) * 4, s), "memset");
+  ck(cudaMemsetAsync(lse_all.p, 0, size_t(tp) * B * Hr * 4, s), "memset");  // rows of absent ranks (--tp-one-gpu)
   // Random page placement, all requests at full length.
   std::vector<int32_t> perm(num_pages);
   std::iota(perm.begin(), perm.end(), 0);
@@ -378,18 +379,24 @@ std::string run_tp_bench(const TpOptions& o) {
   int visible = 0;
   ck(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
   if (o.tp < 2) throw InputError("--tp must be >= 2, got " + std::to_string(o.tp));
-  if (visible < o.tp)
-    throw InputError("--tp " + std::to_string(o.tp) + ": " + std::to_string(visible) + " CUDA device(s) visible");
+  const int here = o.one_gpu ? 1 : o.tp;  // ranks run in this process
+  if (visible < here)
+    throw InputError("--tp " + std::to_string(o.tp) + ": " + std::to_string(visible) +
+                     " CUDA device(s) visible (--tp-one-gpu times rank 0 alone)");
   for (const auto& m : o.modes) shape_of(m, o.tp, 1);  // validates the names
   if (kH % o.tp || kDc % o.tp) throw InputError("--tp must divide 128 heads and d_c 512");
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   std::printf("mla-bench --tp %d: DeepSeek-V3 attention (D=%d H=%d q_lora=%d d_c=%d d_r=%d d_n=d_v=%d), B=%d, page %d; "
               "NCCL_NVLS_ENABLE=%s\n",
               o.tp, kD, kH, kQLora, kDc, kDr, kDn, o.batch, o.page, nvls ? nvls : "(unset)");
-  std::vector<int> devs(o.tp);
+  if (o.one_gpu)
+    std::printf("--tp-one-gpu: rank 0 of each mode alone on GPU 0; all-reduce and all-gather are 1-rank no-ops here, "
+                "their time is PREDICTED (bus bandwidth %.0f GB/s, latency %.0f us assumed), not measured\n",
+                o.assumed_busbw_gbs, o.assumed_latency_us);
+  std::vector<int> devs(here);
   std::iota(devs.begin(), devs.end(), 0);
-  std::vector<ncclComm_t> comms(o.tp);
-  ckn(ncclCommInitAll(comms.data(), o.tp, devs.data()), "ncclCommInitAll");
+  std::vector<ncclComm_t> comms(here);
+  ckn(ncclCommInitAll(comms.data(), here, devs.data()), "ncclCommInitAll");
   int nccl_version = 0;
   ncclGetVersion(&nccl_version);
 
@@ -400,17 +407,18 @@ std::string run_tp_bench(const TpOptions& o) {
   j["nccl_version"] = nccl_version;
   j["nccl_nvls_enable"] = nvls ? nvls : "";
   j["norm_exact"] = o.norm_exact;
-  std::vector<Ceilings> ceil(o.tp);
-  std::vector<CommFigures> comm(o.tp);
+  j["one_gpu"] = o.one_gpu;
+  std::vector<Ceilings> ceil(here);
+  std::vector<CommFigures> comm(here);
   // results[mode][L][rank]
   std::vector<std::vector<std::vector<RankResult>>> results(o.modes.size(),
                                                             std::vector<std::vector<RankResult>>(o.seqlens.size()));
   for (auto& m : results)
-    for (auto& l : m) l.resize(o.tp);
-  std::vector<std::string> names(o.tp);
-  Barrier bar(o.tp);
+    for (auto& l : m) l.resize(here);
+  std::vector<std::string> names(here);
+  Barrier bar(here);
   std::vector<std::thread> threads;
-  for (int r = 0; r < o.tp; ++r)
+  for (int r = 0; r < here; ++r)
     threads.emplace_back([&, r] {
       try {
         ck(cudaSetDevice(devs[r]), "cudaSetDevice");
@@ -424,7 +432,14 @@ std::string run_tp_bench(const TpOptions& o) {
         ckb(cublasSetStream(cb, s), "cublasSetStream");
         ceil[r] = measure_ceilings(s, cb);
         bar.wait();
-        comm[r] = measure_comm(o, comms[r], s);
+        if (o.one_gpu) {
+          comm[r].small_us = comm[r].oproj_us = 0;  // not measured: predicted below
+          comm[r].busbw_gbs = o.assumed_busbw_gbs;
+          comm[r].small_us = o.assumed_latency_us;
+          comm[r].oproj_us = o.assumed_latency_us + 2.0 * (o.tp - 1) / o.tp * o.batch * kD * 2 / (o.assumed_busbw_gbs * 1e3);
+        } else {
+          comm[r] = measure_comm(o, comms[r], s);
+        }
         for (size_t mi = 0; mi < o.modes.size(); ++mi)
           for (size_t li = 0; li < o.seqlens.size(); ++li) {
             bar.wait();
@@ -444,16 +459,16 @@ std::string run_tp_bench(const TpOptions& o) {
   for (auto& t : threads) t.join();
   for (auto& c : comms) ncclCommDestroy(c);
 
-  for (int r = 0; r < o.tp; ++r) {
+  for (int r = 0; r < here; ++r) {
     std::printf("GPU %d: %s, copy %.0f GB/s (read + write), cuBLAS BF16 8192^3 %.1f TFLOP/s\n", r, names[r].c_str(),
                 ceil[r].copy_gbs, ceil[r].gemm_tflops);
     j["devices"].push_back({{"name", names[r]}, {"copy_gbs", ceil[r].copy_gbs}, {"gemm_tflops", ceil[r].gemm_tflops}});
   }
-  std::printf("NCCL %d: all-reduce of %d floats %.1f us; of %d x %d bf16 (%.2f MB) %.1f us; 256 MiB bus bandwidth %.0f GB/s\n",
-              nccl_version, o.batch, comm[0].small_us, o.batch, kD, o.batch * kD * 2 / 1e6, comm[0].oproj_us,
+  std::printf("NCCL %d%s: all-reduce of %d floats %.1f us; of %d x %d bf16 (%.2f MB) %.1f us; 256 MiB bus bandwidth %.0f GB/s\n",
+              nccl_version, o.one_gpu ? " (ASSUMED, not measured)" : "", o.batch, comm[0].small_us, o.batch, kD, o.batch * kD * 2 / 1e6, comm[0].oproj_us,
               comm[0].busbw_gbs);
   j["allreduce"] = {{"small_floats", o.batch}, {"small_us", comm[0].small_us}, {"oproj_us", comm[0].oproj_us},
-                    {"oproj_bytes", o.batch * kD * 2}, {"busbw_gbs", comm[0].busbw_gbs}};
+                    {"oproj_bytes", o.batch * kD * 2}, {"busbw_gbs", comm[0].busbw_gbs}, {"measured", !o.one_gpu}};
   Ceilings cmin{1e30, 1e30};
   for (const auto& c : ceil) {
     cmin.copy_gbs = std::min(cmin.copy_gbs, c.copy_gbs);
@@ -471,7 +486,7 @@ std::string run_tp_bench(const TpOptions& o) {
       const auto pr = predict(sh, o, cmin, comm[0]);
       const auto& rr = results[mi][li];
       int slow = 0;
-      for (int r = 1; r < o.tp; ++r)
+      for (int r = 1; r < here; ++r)
         if (rr[r].step_us > rr[slow].step_us) slow = r;
       std::printf("%-14s %6d %5d %4d %7d |", sh.mode.c_str(), o.seqlens[li], sh.heads, sh.d_c, sh.tokens);
       double pred_step = 0;
@@ -487,14 +502,21 @@ std::string run_tp_bench(const TpOptions& o) {
         std::printf(" %-15s", cell);
         pred_step += pr[k];
         nlohmann::json per_rank = nlohmann::json::array();
-        for (int r = 0; r < o.tp; ++r) per_rank.push_back(rr[r].part_us[k]);
+        for (int r = 0; r < here; ++r) per_rank.push_back(rr[r].part_us[k]);
         jr["parts"][kPartNames[k]] = {{"us_per_rank", per_rank}, {"predicted_us", pr[k]}};
       }
       char cell[32];
       std::snprintf(cell, sizeof cell, "%.1f/%.1f", rr[slow].step_us, pred_step);
-      std::printf(" | %-15s | %9.2f %8.1f\n", cell, rr[slow].kv_bytes / 1e9, rr[slow].comm_bytes / 1e3);
+      std::printf(" | %-15s | %9.2f %8.1f", cell, rr[slow].kv_bytes / 1e9, rr[slow].comm_bytes / 1e3);
+      if (o.one_gpu) {
+        // The 1-rank collectives measured here are no-ops: replace them by their prediction.
+        const double est = rr[slow].step_us - rr[slow].part_us[0] - rr[slow].part_us[5] + pr[0] + pr[5];
+        std::printf("  step with predicted collectives %.1f", est);
+        jr["step_with_predicted_collectives_us"] = est;
+      }
+      std::printf("\n");
       nlohmann::json steps = nlohmann::json::array();
-      for (int r = 0; r < o.tp; ++r) steps.push_back(rr[r].step_us);
+      for (int r = 0; r < here; ++r) steps.push_back(rr[r].step_us);
       jr["step_us_per_rank"] = steps;
       jr["step_predicted_us"] = pred_step;
       jr["kv_bytes_per_gpu"] = rr[slow].kv_bytes;

@@ -23,6 +23,11 @@ struct TpOptions {
   bool norm_exact = true;   // tpla: include the exact-norm all-reduce (B floats) in the step
   int runs = 30, warmup = 5;
   double kv_budget_gib = 80.0;  // capacity view: per-GPU KV budget for all layers
+  // Only rank 0 of each mode, on GPU 0 (a one-GPU machine): the per-device work is measured,
+  // the collectives are 1-rank no-ops and their time is predicted from these two figures.
+  bool one_gpu = false;
+  double assumed_busbw_gbs = 350.0;   // NCCL all-reduce bus bandwidth over NVLink (2 GPUs)
+  double assumed_latency_us = 15.0;   // small-message all-reduce latency
 };
 
 // Runs everything, prints a human summary, returns the results as JSON text. Throws mla::Error

@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
                  "thread r with the in-process stand-in with --device cpu); must equal the checkpoint's ranks. Its "
                  "output must equal the one-device sequential sum (relative L2 <= 1e-13) and is then reported")
       ->check(CLI::Range(1, 64));
+  app.add_option("--comm", o.comm,
+                 "With --devices: nccl (rank r on GPU r; the default with --device cuda) or threads (in-process sums; "
+                 "with --device cuda rank r runs on GPU r mod the GPUs present, so one GPU runs every rank)")
+      ->check(CLI::IsMember({"auto", "nccl", "threads"}))->capture_default_str();
   app.add_flag("--dcp", o.dcp,
                "With --devices N and a tp = 1 conversion: decode context parallelism instead (token t on rank t mod N, "
                "full latent, all heads; partial outputs merged by log-sum-exp across devices); must equal the "
