@@ -67,6 +67,7 @@ InspectReport inspect_checkpoint(const Checkpoint& ckpt) {
   r.dir = ckpt.dir().string();
   r.family = family_name(c);
   r.config = c;
+  if (ckpt.config_json().contains("kv_cache")) r.kv_cache_recorded = ckpt.config_json()["kv_cache"];
   for (const auto& f : ckpt.files()) {
     ++r.files;
     r.file_bytes += static_cast<int64_t>(std::filesystem::file_size(f));
@@ -142,6 +143,7 @@ nlohmann::json inspect_to_json(const InspectReport& r) {
   for (const auto& k : r.kv_per_device)
     j["kv_bytes_per_token_per_device"].push_back(
         {{"layout", k.layout}, {"tp", k.tp}, {"latent_width", k.latent_width}, {"bf16", k.bf16}, {"fp8", k.fp8}, {"fp4", k.fp4}});
+  if (!r.kv_cache_recorded.is_null()) j["kv_cache_recorded"] = r.kv_cache_recorded;
   return j;
 }
 
@@ -209,6 +211,13 @@ std::string inspect_to_table(const InspectReport& r) {
     o << buf;
   }
   if (fp4_na) o << "  (n/a: FP4 needs a latent slice that is a multiple of its 32-value scale group)\n";
+  if (!r.kv_cache_recorded.is_null()) {
+    const auto& k = r.kv_cache_recorded;
+    std::snprintf(buf, sizeof buf, "\nKV cache format recorded by mla-convert: %s, latent width %lld, %lld bytes per token (all layers)\n",
+                  k.value("format", std::string("?")).c_str(), (long long)k.value("latent_width", int64_t{0}),
+                  (long long)k.value("bytes_per_token", int64_t{0}));
+    o << buf;
+  }
   return o.str();
 }
 

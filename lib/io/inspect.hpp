@@ -52,6 +52,8 @@ struct InspectReport {
   int64_t kv_bf16 = 0, kv_fp8 = 0, kv_fp4 = 0;  // per token per layer
   int64_t kv_layers = 0;
   std::vector<KvRow> kv_per_device;           // head-parallel, then TPLA tp = 2, 4, 8
+  // config.json's kv_cache section (mla-convert --kv-cache, transform/kv_cache_meta.hpp), null when absent.
+  nlohmann::json kv_cache_recorded;
 };
 
 // Parameters the config implies for the full model (decoder layers; MTP layers and router

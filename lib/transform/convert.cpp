@@ -1,4 +1,5 @@
 #include "transform/convert.hpp"
+#include "transform/kv_cache_meta.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -431,6 +432,7 @@ nlohmann::json options_json(const ConvertOptions& o, int g, const std::string& c
   j["norm"] = norm_mode_name(o.norm);
   j["out_dtype"] = out_dtype_name(o.out_dtype);
   j["absorb"] = o.absorb;
+  if (o.kv_cache != "bf16") j["kv_cache"] = o.kv_cache;
   j["max_shard_bytes"] = o.max_shard_bytes;
   return j;
 }
@@ -615,10 +617,19 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   nlohmann::json outputs = nlohmann::json::object();
   for (int r = 0; r < o.tp; ++r) {
     const std::string rd = rank_dir_name(r, o.tp);
-    const std::string config_text = rank_config(ckpt, p, o, r, provenance).dump(2) + "\n";
+    nlohmann::json rank_cfg = rank_config(ckpt, p, o, r, provenance);
+    if (o.kv_cache != "bf16")  // the default (bf16) leaves config.json as the input's plus tpla
+      rank_cfg["kv_cache"] = kv_cache_section(o.kv_cache, p.layout.latent(r).size(), p.cfg.qk_rope_head_dim,
+                                              p.cfg.num_hidden_layers);
+    const std::string config_text = rank_cfg.dump(2) + "\n";
     write_text_file(out.tmp_path() / rd / "config.json", config_text);
     std::map<std::string, std::string> hashes = w.ranks[r]->sha256();
     hashes["config.json"] = io::sha256_hex(config_text);
+    if (const nlohmann::json hq = hf_quant_config(o.kv_cache, MLA_VERSION_STRING); !hq.is_null()) {
+      const std::string hq_text = hq.dump(2) + "\n";
+      write_text_file(out.tmp_path() / rd / "hf_quant_config.json", hq_text);
+      hashes["hf_quant_config.json"] = io::sha256_hex(hq_text);
+    }
     for (const auto& [nm, h] : hashes) outputs[rd + "/" + nm] = h;
   }
   nlohmann::json manifest = {{"tool", kToolName},

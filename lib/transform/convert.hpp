@@ -39,6 +39,7 @@ struct ConvertOptions {
   NormMode norm = NormMode::Approx;
   OutDtype out_dtype = OutDtype::BF16;
   bool absorb = false;           // also write per-head W_UK / W_UV
+  std::string kv_cache = "bf16";  // serving KV format recorded in the outputs (transform/kv_cache_meta.hpp)
   bool dry_run = false;
   int threads = 1;               // does not change the output bytes
   uint64_t max_shard_bytes = 5ull << 30;
