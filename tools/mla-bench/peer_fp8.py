@@ -34,7 +34,7 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_fp8_capi.so")
     ap.add_argument("--suite", default="issue11", choices=["issue11", "quick"])
-    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write every figure here")
     return ap.parse_args()
@@ -131,8 +131,8 @@ def suite(name):
     B = 128
     if name == "quick":
         return [(B, 16, 1, 8192), (B, 128, 1, 8192)]
-    out = [(B, H, 1, L) for L in (4096, 8192, 32768) for H in (16, 64, 128)]
-    out += [(B, H, 2, 8192) for H in (16, 128)]
+    out = [(B, H, 1, L) for L in (8192, 32768) for H in (16, 128)]
+    out += [(B, 64, 1, 8192), (B, 128, 2, 8192)]
     return out
 
 
