@@ -1,6 +1,11 @@
 #include "io/fingerprint.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -77,15 +82,31 @@ std::string fingerprint(const Checkpoint& ckpt) {
 }
 
 std::string sha256_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open for SHA-256");
+  // Large reads with asynchronous readahead kept kWindow ahead: a plain sequential read
+  // waits on one small readahead window at a time, which on a cold file leaves the disk
+  // mostly idle and made this the slowest part of a conversion.
+  constexpr size_t kChunk = 8u << 20;
+  constexpr off_t kWindow = 64 << 20;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path.string() + ": cannot open for SHA-256: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  ::posix_fadvise(fd, 0, kWindow, POSIX_FADV_WILLNEED);
   Sha256 h;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    h.update(buf.data(), static_cast<size_t>(in.gcount()));
+  std::vector<char> buf(kChunk);
+  off_t off = 0;
+  for (;;) {
+    if (off % kWindow == 0) ::posix_fadvise(fd, off + kWindow, kWindow, POSIX_FADV_WILLNEED);
+    const ssize_t got = ::pread(fd, buf.data(), buf.size(), off);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(path.string() + ": read failed while hashing: " + std::strerror(errno));
+    if (got == 0) break;
+    h.update(buf.data(), static_cast<size_t>(got));
+    off += got;
   }
-  if (in.bad()) throw Error(path.string() + ": read failed while hashing");
   return h.hex();
 }
 

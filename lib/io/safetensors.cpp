@@ -517,6 +517,13 @@ struct StreamingFileWriter::Impl {
   size_t hash_next = 0;
   bool hashing = false;
   std::string digest;
+  // Landed tensors ahead of the prefix, held in memory for the hash (options.hold): the owner
+  // keeps the bytes alive; empty where the tensor will be read back instead.
+  struct Held {
+    std::shared_ptr<const void> owner;
+    std::span<const std::byte> bytes;
+  };
+  std::vector<Held> held;
 
   uint64_t data_start() const { return 8 + layout.header_json.size(); }
   // Hashes landed tensors from hash_next on while they are contiguous. `own`/`own_bytes`:
@@ -529,9 +536,18 @@ struct StreamingFileWriter::Impl {
   bool put_direct(const std::byte* src, uint64_t n, uint64_t offset);
   // Hashes file bytes [off, off + n) read back (direct reads for large tensors).
   void hash_back(uint64_t off, uint64_t n, std::vector<std::byte>& buf);
+  ssize_t timed_pread(int file, std::byte* dst, size_t n, uint64_t off) {
+    ScopedPhase timed(options.stats ? &options.stats->read_back : nullptr, n);
+    return ::pread(file, dst, n, static_cast<off_t>(off));
+  }
+  void hash_update(const std::byte* p, uint64_t n) {
+    ScopedPhase timed(options.stats ? &options.stats->hash : nullptr, n);
+    hasher->update(p, n);
+  }
 };
 
 void StreamingFileWriter::Impl::put(const std::byte* data, uint64_t n, uint64_t offset) {
+  ScopedPhase timed(options.stats ? &options.stats->write : nullptr, n);
   if (n >= kDirectMin && direct_ok.load(std::memory_order_relaxed)) {
     const uint64_t a = (offset + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
     const uint64_t b = (offset + n) / kDirectAlign * kDirectAlign;
@@ -573,14 +589,14 @@ void StreamingFileWriter::Impl::hash_back(uint64_t off, uint64_t n, std::vector<
     const uint64_t stop = (end + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
     while (pos < end && pos % kDirectAlign == 0) {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(kDirectChunk, stop - pos));
-      const ssize_t got = ::pread(dfd, st, want, static_cast<off_t>(pos));
+      const ssize_t got = timed_pread(dfd, st, want, pos);
       if (got < 0 && errno == EINTR) continue;
       if (got < 0 && errno == EINVAL) break;  // finish through the page cache
       if (got <= 0)
         fail(Kind::Io, tmp.string() + ": read back for SHA-256 failed: " +
                            (got < 0 ? std::string(std::strerror(errno)) : std::string("unexpected end of file")));
       const uint64_t lo = std::max(pos, off), hi = std::min(pos + static_cast<uint64_t>(got), end);
-      if (hi > lo) hasher->update(st + (lo - pos), hi - lo);
+      if (hi > lo) hash_update(st + (lo - pos), hi - lo);
       pos += static_cast<uint64_t>(got);
     }
     if (pos >= end) return;
@@ -590,13 +606,13 @@ void StreamingFileWriter::Impl::hash_back(uint64_t off, uint64_t n, std::vector<
   if (buf.empty() && left) buf.resize(kDirectChunk);
   while (left) {
     const size_t k = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-    const ssize_t got = ::pread(fd, buf.data(), k, static_cast<off_t>(off));
+    const ssize_t got = timed_pread(fd, buf.data(), k, off);
     if (got <= 0) {
       if (got < 0 && errno == EINTR) continue;
       fail(Kind::Io, tmp.string() + ": read back for SHA-256 failed: " +
                          (got < 0 ? std::string(std::strerror(errno)) : std::string("unexpected end of file")));
     }
-    hasher->update(buf.data(), static_cast<size_t>(got));
+    hash_update(buf.data(), static_cast<size_t>(got));
     off += static_cast<uint64_t>(got);
     left -= static_cast<uint64_t>(got);
   }
@@ -618,7 +634,13 @@ void StreamingFileWriter::Impl::drain(size_t own, std::span<const std::byte> own
     try {
       for (size_t k = b; k < e; ++k) {
         if (k == own) {
-          hasher->update(own_bytes.data(), own_bytes.size());
+          hash_update(own_bytes.data(), own_bytes.size());
+          continue;
+        }
+        if (held[k].owner) {  // set before landed[k], under the mutex
+          hash_update(held[k].bytes.data(), held[k].bytes.size());
+          options.hold->give(held[k].bytes.size());
+          held[k] = {};
           continue;
         }
         hash_back(data_start() + layout.offsets[k], layout.order[k].nbytes(), buf);
@@ -647,6 +669,7 @@ StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std:
   for (size_t i = 0; i < w.layout.order.size(); ++i) w.index.emplace(w.layout.order[i].name, i);
   w.written.assign(w.layout.order.size(), false);
   w.landed.assign(w.layout.order.size(), false);
+  w.held.resize(w.layout.order.size());
   w.fd = ::open(w.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // read: options.hash
   if (w.fd < 0) fail(Kind::Io, w.tmp.string() + ": cannot create: " + std::strerror(errno));
   std::byte prefix[8];
@@ -671,6 +694,8 @@ StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std:
 
 StreamingFileWriter::~StreamingFileWriter() {
   if (!impl_) return;
+  for (auto& h : impl_->held)  // a failed run: hand the held bytes back to the budget
+    if (h.owner) impl_->options.hold->give(h.bytes.size());
   if (impl_->fd >= 0) ::close(impl_->fd);
   if (impl_->dfd >= 0) ::close(impl_->dfd);
   if (!impl_->finished) ::unlink(impl_->tmp.c_str());  // never leave a half-written file
@@ -678,7 +703,21 @@ StreamingFileWriter::~StreamingFileWriter() {
 
 const FileLayout& StreamingFileWriter::layout() const { return impl_->layout; }
 
-void StreamingFileWriter::write(std::string_view name, std::span<const std::byte> bytes) {
+bool HoldBudget::try_take(uint64_t n) {
+  uint64_t cur = used_.load(std::memory_order_relaxed);
+  do {
+    if (cur + n > limit_) return false;
+  } while (!used_.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed));
+  uint64_t p = peak_.load(std::memory_order_relaxed);
+  while (cur + n > p && !peak_.compare_exchange_weak(p, cur + n, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void StreamingFileWriter::write(std::string_view name, std::span<const std::byte> bytes) { write(name, bytes, nullptr); }
+
+void StreamingFileWriter::write(std::string_view name, std::span<const std::byte> bytes,
+                                std::shared_ptr<const void> owner) {
   Impl& w = *impl_;
   const std::string label = w.path.string();
   auto it = w.index.find(std::string(name));
@@ -700,8 +739,12 @@ void StreamingFileWriter::write(std::string_view name, std::span<const std::byte
   bool mine = false;
   {
     std::lock_guard lock(w.mutex);
+    if (w.hasher && !w.hashing && w.hash_next == it->second) {
+      mine = w.hashing = true;
+    } else if (w.hasher && owner && w.options.hold && w.options.hold->try_take(bytes.size())) {
+      w.held[it->second] = {std::move(owner), bytes};
+    }
     w.landed[it->second] = true;
-    if (w.hasher && !w.hashing && w.hash_next == it->second) mine = w.hashing = true;
   }
   if (mine) w.drain(it->second, bytes);
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/phase_clock.hpp"
 #include "core/tensor.hpp"
 
 namespace mla::io {
@@ -103,6 +104,29 @@ struct FileLayout {
 };
 FileLayout plan_file(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata);
 
+// Where StreamingFileWriters add their time and bytes (mla-convert --profile), from any thread.
+struct WriterStats {
+  PhaseTotals write;      // pwrite / direct writes of tensor bytes
+  PhaseTotals hash;       // SHA-256 updates of tensor bytes
+  PhaseTotals read_back;  // bytes read back from the file for the hash (not held in memory)
+};
+
+// Bytes that writers may keep in memory, shared by every writer that points at it: a tensor
+// that lands ahead of its file's hashed prefix is held (no copy: its owner is kept alive)
+// until the prefix reaches it, instead of being read back from the file for the hash.
+class HoldBudget {
+ public:
+  explicit HoldBudget(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  bool try_take(uint64_t n);
+  void give(uint64_t n) { used_.fetch_sub(n, std::memory_order_relaxed); }
+  uint64_t peak() const { return peak_.load(std::memory_order_relaxed); }
+
+ private:
+  uint64_t limit_;
+  std::atomic<uint64_t> used_{0};
+  std::atomic<uint64_t> peak_{0};
+};
+
 struct StreamingWriterOptions {
   // finish() fsyncs the file before renaming it. Off: the caller makes the file durable
   // (e.g. AtomicDirectory::commit() fsyncs its whole tree before the rename).
@@ -117,6 +141,10 @@ struct StreamingWriterOptions {
   // of large outputs; unaligned edges and small tensors go through the page cache. Falls back
   // to buffered writes where the filesystem refuses O_DIRECT. Durability still needs fsync.
   bool direct_io = false;
+  WriterStats* stats = nullptr;  // not counted when null
+  // With hash: where out-of-order tensors given with an owner (write()'s third argument) are
+  // held for the hash; null: they are read back from the file when the prefix reaches them.
+  HoldBudget* hold = nullptr;
 };
 
 // Streams one file into `<path>.tmp`, renamed to `path` by finish(): the header is written at construction, tensors may then be written in
@@ -133,6 +161,9 @@ class StreamingFileWriter {
   // Throws SizeMismatch (wrong byte count), MissingTensor (name not planned),
   // DuplicateName (written twice).
   void write(std::string_view name, std::span<const std::byte> bytes);
+  // The same; `owner` keeps `bytes` valid for as long as the writer holds it, so a tensor
+  // that lands ahead of the hashed prefix can be hashed later from memory (options.hold).
+  void write(std::string_view name, std::span<const std::byte> bytes, std::shared_ptr<const void> owner);
   void finish();
   // Hex SHA-256 of the finished file (options.hash); throws Error before finish() or without hash.
   const std::string& sha256() const;

@@ -2,9 +2,11 @@
 #include "transform/kv_cache_meta.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "core/phase_clock.hpp"
 #include "io/atomic_dir.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
@@ -74,6 +77,19 @@ DType output_dtype(const std::string& name, DType in, size_t ndim, OutDtype out)
   return DType::BF16;
 }
 
+// The run's live counters (see ConvertProfile), filled from every thread.
+struct LiveProfile {
+  EncodeStats enc;          // read, dequantise, encode, fast_encode
+  PhaseTotals math;         // float64 absorb / rotate / slice of the latent units
+  io::WriterStats writer;   // write, hash of outputs, read-back for the hash
+  PhaseTotals hash_input;   // SHA-256 of the input files
+  PhaseTotals fingerprint;  // SHA-256 of the attention latent tensors (calibration identity)
+  PhaseTotals memory_wait;  // workers waiting for the memory budget of big slices
+};
+
+// One piece of independent work. A simple tensor becomes one unit per distinct slice (ranks
+// with the same slice share it), so the slices of one big tensor (vocab-parallel embedding,
+// lm_head) run on different threads.
 struct Unit {
   enum class Kind { Simple, Latent } kind = Kind::Simple;
   std::string name;           // Simple: the input tensor
@@ -81,6 +97,12 @@ struct Unit {
   int64_t per_head = 1;
   int64_t layer = -1;         // Latent: the layer
   uint64_t input_bytes = 0;
+  // Simple, after make_plan: rows [r0, r1) x cols [c0, c1), written to `ranks`.
+  std::array<int64_t, 4> slice{};
+  std::vector<int> ranks;
+  bool rows_disjoint = false;  // no other slice reads these input rows: drop their pages after
+  // Slices of this tensor not finished yet; the last one drops the tensor's input pages.
+  std::shared_ptr<std::atomic<int>> slices_left;
 };
 
 struct OutSpec {
@@ -123,17 +145,20 @@ void write_text_file(const fs::path& path, const std::string& text) {
 // left to AtomicDirectory::commit(), which fsyncs the whole tree once before the rename.
 class RankWriters {
  public:
-  RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes) : dir_(dir) {
+  RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes, io::WriterStats* stats,
+              io::HoldBudget* hold)
+      : dir_(dir) {
     plan_ = io::plan_shards(rp.tensors, max_shard_bytes);
     const std::map<std::string, std::string> meta{{"format", "pt"}};
-    const io::StreamingWriterOptions wo{.fsync_on_finish = false, .hash = true, .direct_io = true};
+    const io::StreamingWriterOptions wo{
+        .fsync_on_finish = false, .hash = true, .direct_io = true, .stats = stats, .hold = hold};
     for (size_t i = 0; i < plan_.shards.size(); ++i)
       writers_.push_back(std::make_unique<io::StreamingFileWriter>(dir / plan_.file_names[i], plan_.shards[i], meta, wo));
     for (size_t i = 0; i < plan_.shards.size(); ++i)
       for (const auto& t : plan_.shards[i]) where_[t.name] = i;
   }
-  void write(const std::string& name, std::span<const std::byte> bytes) {
-    writers_.at(where_.at(name))->write(name, bytes);
+  void write(const std::string& name, std::span<const std::byte> bytes, std::shared_ptr<const void> owner) {
+    writers_.at(where_.at(name))->write(name, bytes, std::move(owner));
   }
   // (file index, byte offset) of a tensor: units run in this order so that each file's
   // hashed prefix advances as the bytes arrive.
@@ -199,7 +224,7 @@ void check_paths(const ConvertOptions& o) {
                      o.input.string() + "'; refusing to overwrite the input");
 }
 
-Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o) {
+Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile& prof) {
   Plan p;
   p.cfg = ckpt.config();
   const model::MlaConfig& cfg = p.cfg;
@@ -260,7 +285,10 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o) {
   }
 
   // Calibration and rotations.
-  p.fingerprint = io::fingerprint(ckpt);
+  {
+    ScopedPhase timed(&prof.fingerprint);
+    p.fingerprint = io::fingerprint(ckpt);
+  }
   for (int64_t i : p.layers) p.corr[i] = SliceCorrections::defaults(cfg.num_heads, g);
   if (!o.calib.empty()) {
     const int64_t n = p.layers.empty() ? 0 : p.layers.back() + 1;
@@ -325,6 +353,33 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o) {
     }
     res.input_bytes += u.input_bytes;
   }
+  // Simple tensors -> one unit per distinct slice.
+  std::vector<Unit> units;
+  for (Unit& u : p.units) {
+    if (u.kind != Unit::Kind::Simple) {
+      units.push_back(std::move(u));
+      continue;
+    }
+    const Shape shape = ckpt.raw(u.name).shape;
+    std::map<std::array<int64_t, 4>, std::vector<int>> by_slice;
+    for (int r = 0; r < o.tp; ++r) {
+      const Slice2D sl = simple_slice(u.name, shape, *u.rule, L, r, u.per_head);
+      by_slice[{sl.rows.begin, sl.rows.end, sl.cols.begin, sl.cols.end}].push_back(r);
+    }
+    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(by_slice.size()));
+    bool first = true;
+    for (auto& [key, ranks] : by_slice) {
+      Unit su = u;
+      su.slice = key;
+      su.ranks = ranks;
+      su.rows_disjoint = u.rule->kind == SplitKind::Column || by_slice.size() == 1;
+      su.slices_left = left;
+      if (!first) su.input_bytes = 0;  // counted once, for the progress log
+      first = false;
+      units.push_back(std::move(su));
+    }
+  }
+  p.units = std::move(units);
   for (RankPlan& rp : res.ranks) {
     std::sort(rp.tensors.begin(), rp.tensors.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
     for (const auto& t : rp.tensors) rp.bytes += t.nbytes();
@@ -339,47 +394,98 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o) {
 
 // ---- execution ----
 
+// Bytes of encoded output (and float64 working copies) that units may have in memory at
+// once; a unit waits for its share before it builds it. This bounds peak memory for any
+// thread count and layer count while letting big slices (vocab-parallel embeddings) run
+// beside the layer units instead of one at a time. Shares are granted first come, first
+// served, so a big slice is not overtaken forever by small ones (the hashed prefix of its
+// file waits for it).
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
+  class Lease {
+   public:
+    Lease(MemoryBudget& b, uint64_t n, PhaseTotals* wait) : b_(&b), n_(std::min(n, b.limit_)) {
+      std::unique_lock lock(b_->mu_);
+      const uint64_t ticket = b_->next_ticket_++;
+      auto ready = [&] { return b_->serving_ == ticket && b_->used_ + n_ <= b_->limit_; };
+      if (!ready()) {
+        ScopedPhase timed(wait);
+        b_->cv_.wait(lock, ready);
+      }
+      b_->used_ += n_;
+      ++b_->serving_;
+      lock.unlock();
+      b_->cv_.notify_all();  // the next ticket may fit too
+    }
+    ~Lease() {
+      {
+        std::lock_guard lock(b_->mu_);
+        b_->used_ -= n_;
+      }
+      b_->cv_.notify_all();
+    }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+   private:
+    MemoryBudget* b_;
+    uint64_t n_;
+  };
+
+ private:
+  uint64_t limit_;
+  uint64_t used_ = 0;
+  uint64_t next_ticket_ = 0, serving_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+// Encoded slices in flight: at least this much, and room for up to four of the largest slice
+// (V3's vocab-parallel embedding and lm_head: 926 MB each at tp = 2) so that they run side by
+// side when there are threads for them. Independent of the layer count.
+constexpr uint64_t kMinSliceMemoryBytes = 1536ull << 20;
+constexpr int kBigSlicesAtOnce = 4;
+// Out-of-order output held for the streaming hash instead of read back (io::HoldBudget).
+constexpr uint64_t kHashHoldBytes = 1024ull << 20;
+
 struct Writers {
   std::vector<std::unique_ptr<RankWriters>> ranks;
+  LiveProfile* prof = nullptr;
+  MemoryBudget* memory = nullptr;
 };
 
-void write_encoded(Writers& w, int rank, const std::string& name, const EncodedTensor& e) {
-  w.ranks[rank]->write(name, e.weight);
-  if (!e.scale_inv.empty()) w.ranks[rank]->write(name + "_scale_inv", e.scale_inv);
+// Writers may keep the encoding alive (shared ownership, no copy) to hash it later.
+void write_encoded(Writers& w, int rank, const std::string& name, const std::shared_ptr<const EncodedTensor>& e) {
+  w.ranks[rank]->write(name, e->weight, e);
+  if (!e->scale_inv.empty()) w.ranks[rank]->write(name + "_scale_inv", e->scale_inv, e);
 }
+std::shared_ptr<const EncodedTensor> shared(EncodedTensor e) { return std::make_shared<const EncodedTensor>(std::move(e)); }
 
-std::mutex& big_unit_mutex() {
-  static std::mutex m;
-  return m;
-}
 
-void run_simple(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, const Unit& u, Writers& w) {
+void run_simple(const io::Checkpoint& ckpt, const ConvertOptions& o, const Unit& u, Writers& w) {
   const TensorView v = ckpt.raw(u.name);
-  const SourceTensor src(u.name, v, scale_of(ckpt, u.name));
+  EncodeStats* es = &w.prof->enc;
+  const SourceTensor src(u.name, v, scale_of(ckpt, u.name), es);
   const DType dt = output_dtype(u.name, v.dtype, v.shape.size(), o.out_dtype);
-  // Ranks with the same slice (replicated tensors, heads repeated across groups) share one
-  // encoding; distinct slices are encoded one at a time so memory stays one slice.
-  std::map<std::array<int64_t, 4>, std::vector<int>> by_slice;
-  for (int r = 0; r < o.tp; ++r) {
-    const Slice2D s = simple_slice(u.name, v.shape, *u.rule, p.layout, r, u.per_head);
-    by_slice[{s.rows.begin, s.rows.end, s.cols.begin, s.cols.end}].push_back(r);
-  }
-  // A slice bigger than kBigSlice holds the big-unit lock: at most one is in memory at a time.
-  constexpr uint64_t kBigSlice = 256ull << 20;
-  std::unique_lock<std::mutex> big(big_unit_mutex(), std::defer_lock);
-  const bool disjoint_rows = u.rule->kind == SplitKind::Column || by_slice.size() == 1;
-  for (const auto& [key, ranks] : by_slice) {
-    const int64_t r0 = key[0], r1 = key[1], c0 = key[2], c1 = key[3], ncols = c1 - c0;
-    if (static_cast<uint64_t>((r1 - r0) * ncols * dtype_bits(dt) / 8) > kBigSlice && !big.owns_lock()) big.lock();
-    std::optional<EncodedTensor> e = encode_slice_fast(src, r0, r1, c0, c1, dt, disjoint_rows);
+  const auto [r0, r1, c0, c1] = u.slice;
+  const int64_t ncols = c1 - c0;
+  {
+    const MemoryBudget::Lease lease(*w.memory, static_cast<uint64_t>((r1 - r0) * ncols * dtype_bits(dt) / 8),
+                                    &w.prof->memory_wait);
+    std::optional<EncodedTensor> e = encode_slice_fast(src, r0, r1, c0, c1, dt, u.rows_disjoint);
     if (!e)
       e = encode_rows(u.name, dt, r1 - r0, ncols, [&](int64_t a, int64_t b, double* out) {
+        src.populate_rows(r0 + a, r0 + b);
+        ScopedPhase timed(&es->dequantise, static_cast<uint64_t>((b - a) * ncols * dtype_bits(src.dtype()) / 8));
         for (int64_t r = a; r < b; ++r) src.read_row(r0 + r, c0, c1, out + (r - a) * ncols);
-      });
-    if (disjoint_rows) src.release_rows(r0, r1);  // these input rows are not read again
-    for (int r : ranks) write_encoded(w, r, u.name, *e);
+      }, es);
+    if (u.rows_disjoint) src.release_rows(r0, r1);  // these input rows are not read again
+    // Ranks with the same slice (replicated tensors, heads repeated across groups) share it.
+    const std::shared_ptr<const EncodedTensor> enc = shared(std::move(*e));
+    e.reset();
+    for (int r : u.ranks) write_encoded(w, r, u.name, enc);
   }
-  src.release_pages();
+  if (--*u.slices_left == 0) src.release_pages();
 }
 
 void run_latent(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, const Unit& u, Writers& w) {
@@ -387,23 +493,34 @@ void run_latent(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions&
   const int64_t i = u.layer;
   const std::string a = attn(i, "kv_a_proj_with_mqa.weight"), n = attn(i, "kv_a_layernorm.weight"),
                     b = attn(i, "kv_b_proj.weight");
-  const SourceTensor sa(a, ckpt.raw(a), scale_of(ckpt, a)), sn(n, ckpt.raw(n), std::nullopt),
-      sb(b, ckpt.raw(b), scale_of(ckpt, b));
+  EncodeStats* es = &w.prof->enc;
+  const SourceTensor sa(a, ckpt.raw(a), scale_of(ckpt, a), es), sn(n, ckpt.raw(n), std::nullopt, es),
+      sb(b, ckpt.raw(b), scale_of(ckpt, b), es);
+  // float64 copies of kv_a and kv_b plus one rank's slices of them.
+  const uint64_t working = static_cast<uint64_t>(sa.rows() * sa.cols() + sb.rows() * sb.cols()) * 8 * 2;
+  const MemoryBudget::Lease lease(*w.memory, working, &w.prof->memory_wait);
   model::AttentionWeights lw;
   lw.kv_a_proj_with_mqa = sa.read_matrix();
   lw.kv_a_layernorm = sn.read_matrix().row(0).transpose();
   lw.kv_b_proj = sb.read_matrix();
-  absorb_gamma(cfg, lw);
-  rotate_latent(cfg, lw, rotation_for(p, i));
+  {
+    ScopedPhase timed(&w.prof->math, static_cast<uint64_t>((lw.kv_a_proj_with_mqa.size() + lw.kv_b_proj.size()) * 8));
+    absorb_gamma(cfg, lw);
+    rotate_latent(cfg, lw, rotation_for(p, i));
+  }
   const SliceCorrections& corr = p.corr.at(i);
   const int64_t d_n = cfg.qk_nope_head_dim, d_v = cfg.v_head_dim;
   for (int r = 0; r < o.tp; ++r) {
-    const MatrixR ka = slice_kv_a(cfg, lw.kv_a_proj_with_mqa, p.layout, r);
-    const MatrixR ln = MatrixR::Constant(1, p.layout.latent_per_group(), layernorm_scale(p.layout, r, corr, o.norm));
-    const MatrixR kb = slice_kv_b(cfg, lw.kv_b_proj, p.layout, r, corr);
-    write_encoded(w, r, a, encode_rows(a, output_dtype(a, sa.dtype(), 2, o.out_dtype), ka.rows(), ka.cols(), matrix_rows(ka)));
-    write_encoded(w, r, n, encode_rows(n, output_dtype(n, sn.dtype(), 1, o.out_dtype), 1, ln.cols(), matrix_rows(ln)));
-    write_encoded(w, r, b, encode_rows(b, output_dtype(b, sb.dtype(), 2, o.out_dtype), kb.rows(), kb.cols(), matrix_rows(kb)));
+    MatrixR ka, ln, kb;
+    {
+      ScopedPhase timed(&w.prof->math);
+      ka = slice_kv_a(cfg, lw.kv_a_proj_with_mqa, p.layout, r);
+      ln = MatrixR::Constant(1, p.layout.latent_per_group(), layernorm_scale(p.layout, r, corr, o.norm));
+      kb = slice_kv_b(cfg, lw.kv_b_proj, p.layout, r, corr);
+    }
+    write_encoded(w, r, a, shared(encode_rows(a, output_dtype(a, sa.dtype(), 2, o.out_dtype), ka.rows(), ka.cols(), matrix_rows(ka), es)));
+    write_encoded(w, r, n, shared(encode_rows(n, output_dtype(n, sn.dtype(), 1, o.out_dtype), 1, ln.cols(), matrix_rows(ln), es)));
+    write_encoded(w, r, b, shared(encode_rows(b, output_dtype(b, sb.dtype(), 2, o.out_dtype), kb.rows(), kb.cols(), matrix_rows(kb), es)));
     if (o.absorb) {
       // [H_l, d_n, d_c/g] and [H_l, d_v, d_c/g]: kv_b_proj's per-head blocks split in two.
       const int64_t H_l = p.layout.heads_per_rank(), per = d_n + d_v;
@@ -412,8 +529,8 @@ void run_latent(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions&
         uk.middleRows(h * d_n, d_n) = kb.middleRows(h * per, d_n);
         uv.middleRows(h * d_v, d_v) = kb.middleRows(h * per + d_n, d_v);
       }
-      write_encoded(w, r, attn(i, "absorbed_w_uk"), encode_rows(attn(i, "absorbed_w_uk"), DType::BF16, uk.rows(), uk.cols(), matrix_rows(uk)));
-      write_encoded(w, r, attn(i, "absorbed_w_uv"), encode_rows(attn(i, "absorbed_w_uv"), DType::BF16, uv.rows(), uv.cols(), matrix_rows(uv)));
+      write_encoded(w, r, attn(i, "absorbed_w_uk"), shared(encode_rows(attn(i, "absorbed_w_uk"), DType::BF16, uk.rows(), uk.cols(), matrix_rows(uk), es)));
+      write_encoded(w, r, attn(i, "absorbed_w_uv"), shared(encode_rows(attn(i, "absorbed_w_uv"), DType::BF16, uv.rows(), uv.cols(), matrix_rows(uv), es)));
     }
   }
   sa.release_pages();
@@ -496,6 +613,38 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
   return c;
 }
 
+struct CpuTimes {
+  double user = 0.0, system = 0.0;
+  int64_t max_rss_kb = 0;
+};
+CpuTimes cpu_times() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return {static_cast<double>(u.ru_utime.tv_sec) + u.ru_utime.tv_usec * 1e-6,
+          static_cast<double>(u.ru_stime.tv_sec) + u.ru_stime.tv_usec * 1e-6, u.ru_maxrss};
+}
+
+void fill_profile(ConvertProfile& out, const LiveProfile& prof, const CpuTimes& cpu0) {
+  auto add = [&](const char* name, const PhaseTotals& t) {
+    out.phases.push_back({name, t.seconds(), t.cpu_seconds(), t.bytes.load(), t.calls.load()});
+  };
+  add("read (input pages populated)", prof.enc.read);
+  add("dequantise (stored -> float64)", prof.enc.dequantise);
+  add("float64 math (absorb, rotate, slice)", prof.math);
+  add("cast / quantise (float64 -> out)", prof.enc.encode);
+  add("fast paths (copy, FP8->BF16 table)", prof.enc.fast_encode);
+  add("write (pwrite / O_DIRECT)", prof.writer.write);
+  add("SHA-256 outputs", prof.writer.hash);
+  add("read-back for output SHA-256", prof.writer.read_back);
+  add("SHA-256 inputs (manifest)", prof.hash_input);
+  add("SHA-256 fingerprint (plan)", prof.fingerprint);
+  add("wait for big-slice memory", prof.memory_wait);
+  const CpuTimes cpu1 = cpu_times();
+  out.cpu_user_seconds = cpu1.user - cpu0.user;
+  out.cpu_system_seconds = cpu1.system - cpu0.system;
+  out.peak_rss_kb = cpu1.max_rss_kb;
+}
+
 }  // namespace
 
 // f and mu under `hadamard` are only valid for the rotation they were measured under: take the
@@ -519,23 +668,44 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const ConvertOptions o = resolve_hadamard_seed(requested);
   check_paths(o);
   const io::Checkpoint ckpt = io::Checkpoint::open(o.input);
-  Plan p = make_plan(ckpt, o);
+  LiveProfile prof;
+  const CpuTimes cpu0 = cpu_times();
+  Plan p = make_plan(ckpt, o, prof);
   ConvertResult& res = p.result;
+  res.profile.threads = std::max(1, o.threads);
   auto phase_start = t0;
   auto phase = [&](const char* what) {  // per-phase wall time, for docs/benchmarks.md
     const auto now = std::chrono::steady_clock::now();
-    spdlog::info("phase {}: {:.2f} s", what, std::chrono::duration<double>(now - phase_start).count());
+    const double secs = std::chrono::duration<double>(now - phase_start).count();
+    spdlog::info("phase {}: {:.2f} s", what, secs);
+    res.profile.wall.emplace_back(what, secs);
     phase_start = now;
   };
   phase("plan (open, validate, fingerprint)");
-  if (o.dry_run) return res;
+  if (o.dry_run) {
+    fill_profile(res.profile, prof, cpu0);
+    return res;
+  }
 
   io::AtomicDirectory out(o.output);
   Writers w;
+  w.prof = &prof;
+  uint64_t largest_slice = 0;
+  for (const Unit& u : p.units) {
+    if (u.kind != Unit::Kind::Simple) continue;
+    const TensorView v = ckpt.raw(u.name);
+    const DType dt = output_dtype(u.name, v.dtype, v.shape.size(), o.out_dtype);
+    largest_slice = std::max(largest_slice, static_cast<uint64_t>((u.slice[1] - u.slice[0]) * (u.slice[3] - u.slice[2]) *
+                                                                  dtype_bits(dt) / 8));
+  }
+  MemoryBudget memory(std::max(kMinSliceMemoryBytes,
+                               static_cast<uint64_t>(std::min(std::max(1, o.threads), kBigSlicesAtOnce)) * largest_slice));
+  w.memory = &memory;
+  io::HoldBudget hold(kHashHoldBytes);
   for (int r = 0; r < o.tp; ++r) {
     const fs::path dir = out.tmp_path() / rank_dir_name(r, o.tp);
     fs::create_directories(dir);
-    w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes));
+    w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes, &prof.writer, &hold));
   }
   // Units in output-file order (rank 0's layout; the ranks share it), so the streaming
   // hashes advance while the units run. The order does not change the output bytes.
@@ -565,7 +735,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
       if (i >= p.units.size()) return;
       const Unit& u = p.units[i];
       try {
-        if (u.kind == Unit::Kind::Simple) run_simple(ckpt, p, o, u, w); else run_latent(ckpt, p, o, u, w);
+        if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
       } catch (...) {
         std::lock_guard lock(mu);
         if (!error) error = std::current_exception();
@@ -583,23 +753,36 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
                   done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
     }
   };
-  // Input files are hashed on the side while the workers convert (the hash is I/O + one core,
-  // the conversion mostly waits on writes).
+  // Input files are hashed on the side while the workers convert, several files at once when
+  // there are cores to spare (one file's SHA-256 is sequential: ~1-2 GB/s per core).
+  const int nthreads = std::max(1, o.threads);
+  std::atomic<bool> stop_hashing{false};
   std::future<nlohmann::json> input_hashes = std::async(std::launch::async, [&] {
     std::vector<fs::path> in_files = ckpt.files();
     in_files.push_back(o.input / "config.json");
     if (fs::exists(o.input / io::kIndexFileName)) in_files.push_back(o.input / io::kIndexFileName);
     std::sort(in_files.begin(), in_files.end());
-    nlohmann::json inputs = nlohmann::json::array();
-    for (const auto& f : in_files)
-      inputs.push_back({{"file", f.filename().string()}, {"bytes", fs::file_size(f)}, {"sha256", io::sha256_file(f)}});
-    return inputs;
+    std::vector<nlohmann::json> rows(in_files.size());
+    std::atomic<size_t> next_file{0};
+    auto hasher = [&] {
+      for (size_t k; !stop_hashing && (k = next_file++) < in_files.size();) {
+        const uint64_t bytes = fs::file_size(in_files[k]);
+        ScopedPhase timed(&prof.hash_input, bytes);
+        rows[k] = {{"file", in_files[k].filename().string()}, {"bytes", bytes}, {"sha256", io::sha256_file(in_files[k])}};
+      }
+    };
+    const size_t extra = std::min(in_files.size(), static_cast<size_t>(std::max(1, nthreads / 4))) - 1;
+    std::vector<std::future<void>> more;
+    for (size_t t = 0; t < extra; ++t) more.push_back(std::async(std::launch::async, hasher));
+    hasher();
+    for (auto& f : more) f.get();
+    return nlohmann::json(rows);
   });
-  const int nthreads = std::max(1, o.threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
   if (error) {
+    stop_hashing = true;  // the hashers stop after their current file
     input_hashes.wait();
     std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
   }
@@ -642,6 +825,8 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   phase("configs + manifest");
   out.commit();  // fsyncs every file and directory, then renames into place
   phase("sync (fsync all outputs) + commit");
+  fill_profile(res.profile, prof, cpu0);
+  res.profile.hash_hold_peak_bytes = hold.peak();
   res.manifest = manifest;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("wrote {} ({} ranks, {:.1f} MB) in {:.2f} s", o.output.string(), o.tp, res.output_bytes / 1e6, res.seconds);
@@ -670,6 +855,18 @@ std::string describe_plan(const ConvertResult& r, bool list_tensors) {
   return s;
 }
 
+static nlohmann::json profile_json(const ConvertProfile& pr) {
+  nlohmann::json phases = nlohmann::json::array();
+  for (const PhaseFigure& f : pr.phases)
+    phases.push_back({{"phase", f.name}, {"thread_seconds", f.seconds}, {"cpu_seconds", f.cpu_seconds},
+                      {"bytes", f.bytes}, {"calls", f.calls}});
+  nlohmann::json wall = nlohmann::json::array();
+  for (const auto& [name, secs] : pr.wall) wall.push_back({{"step", name}, {"seconds", secs}});
+  return {{"threads", pr.threads}, {"phases", phases}, {"wall", wall}, {"cpu_user_seconds", pr.cpu_user_seconds},
+          {"cpu_system_seconds", pr.cpu_system_seconds}, {"peak_rss_kb", pr.peak_rss_kb},
+          {"hash_hold_peak_bytes", pr.hash_hold_peak_bytes}};
+}
+
 nlohmann::json result_json(const ConvertResult& r) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankPlan& rp : r.ranks)
@@ -679,7 +876,37 @@ nlohmann::json result_json(const ConvertResult& r) {
           {"kv_bytes_per_token_per_device", r.kv_bytes_per_token_per_device},
           {"kv_bytes_per_token_mla", r.kv_bytes_per_token_mla}, {"input_bytes", r.input_bytes},
           {"output_bytes", r.output_bytes}, {"seconds", r.seconds}, {"checkpoint_fingerprint", r.fingerprint},
-          {"ranks", ranks}};
+          {"ranks", ranks}, {"profile", profile_json(r.profile)}};
+}
+
+std::string describe_profile(const ConvertResult& r) {
+  const ConvertProfile& pr = r.profile;
+  std::string s;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "profile: %d threads, %.2f s wall, CPU %.1f s user + %.1f s system, peak RSS %.0f MB, "
+                "output held for the hash at most %.0f MB\n",
+                pr.threads, r.seconds, pr.cpu_user_seconds, pr.cpu_system_seconds, pr.peak_rss_kb / 1e3,
+                pr.hash_hold_peak_bytes / 1e6);
+  s += buf;
+  // thread-s: elapsed time summed over threads; CPU-s: their CPU time in the phase (the rest
+  // is waiting: disk, locks, other processes); MB/s per CPU-s is one core's rate; threads:
+  // thread-s / wall, the average number of threads in the phase.
+  std::snprintf(buf, sizeof buf, "  %-38s %9s %8s %10s %13s %8s\n", "phase (summed over threads)", "thread-s", "CPU-s",
+                "MB", "MB/s per CPU", "threads");
+  s += buf;
+  for (const PhaseFigure& f : pr.phases) {
+    if (f.calls == 0) continue;
+    std::snprintf(buf, sizeof buf, "  %-38s %9.2f %8.2f %10.1f %13.0f %8.2f\n", f.name.c_str(), f.seconds,
+                  f.cpu_seconds, f.bytes / 1e6, f.cpu_seconds > 0 ? f.bytes / 1e6 / f.cpu_seconds : 0.0,
+                  r.seconds > 0 ? f.seconds / r.seconds : 0.0);
+    s += buf;
+  }
+  s += "  wall steps:";
+  for (const auto& [name, secs] : pr.wall) {
+    std::snprintf(buf, sizeof buf, " %s %.2f s;", name.c_str(), secs);
+    s += buf;
+  }
+  return s + "\n";
 }
 
 RankAttention load_rank_attention(const fs::path& rank_dir, int64_t layer) {

@@ -2,10 +2,14 @@
 // mla-convert's library side: a Hugging Face MLA checkpoint -> one HF checkpoint per TPLA rank
 // (SPEC section 2; docs/formats/converted-checkpoint.md; docs/sharding.md).
 //
-// Streaming: the work is split into units (one input tensor, or one layer's latent triple
-// kv_a_proj_with_mqa + kv_a_layernorm + kv_b_proj, which the rotation couples); `threads`
-// workers take units in a fixed order and write each rank's bytes at planned offsets, so
-// peak memory is a few tensors and the output is byte-identical for every thread count.
+// Streaming: the work is split into units (one distinct slice of an input tensor, or one
+// layer's latent triple kv_a_proj_with_mqa + kv_a_layernorm + kv_b_proj, which the rotation
+// couples); `threads` workers take units in output-file order and write each rank's bytes at
+// planned offsets, so the output is byte-identical for every thread count. Memory is bounded
+// independently of the layer count: encoded slices in flight share a byte budget, output held
+// for the streaming SHA-256 another (beyond it, bytes are read back from the file), and input
+// pages are dropped once read. Each output file is hashed while it is written, input files on
+// the side (several at once), so no pass over the data is serial with the conversion.
 // Everything is validated (rules, divisibility, calibration, presence of every attention
 // tensor) before anything is written; errors during the run (NaN/Inf in a weight) leave no
 // output directory (io::AtomicDirectory).
@@ -54,6 +58,26 @@ struct RankPlan {
   uint64_t bytes = 0;
 };
 
+// Where the time went (mla-convert --profile; "profile" in --json). `phases`: per phase the
+// elapsed time and CPU time summed over every thread that ran it, and its bytes, so bytes /
+// cpu_seconds is one core's rate on that phase and seconds / wall time the average number of
+// threads in it; `wall`: the run's sequential steps.
+struct PhaseFigure {
+  std::string name;
+  double seconds = 0.0;      // elapsed, summed over threads
+  double cpu_seconds = 0.0;  // CPU time of those threads in the phase
+  uint64_t bytes = 0;
+  uint64_t calls = 0;
+};
+struct ConvertProfile {
+  int threads = 1;
+  std::vector<PhaseFigure> phases;
+  std::vector<std::pair<std::string, double>> wall;
+  double cpu_user_seconds = 0.0, cpu_system_seconds = 0.0;
+  int64_t peak_rss_kb = 0;  // of the process so far (getrusage ru_maxrss)
+  uint64_t hash_hold_peak_bytes = 0;  // most output held in memory for the streaming hash
+};
+
 struct ConvertResult {
   std::vector<RankPlan> ranks;
   int g = 1;
@@ -65,12 +89,15 @@ struct ConvertResult {
   double seconds = 0.0;
   std::string fingerprint;                    // of the input checkpoint
   nlohmann::json manifest;                    // as written (empty on dry-run)
+  ConvertProfile profile;
 };
 
 ConvertResult convert_checkpoint(const ConvertOptions& opts);
 // Human-readable plan (per rank: tensors, bytes; KV bytes per token per device).
 std::string describe_plan(const ConvertResult& r, bool list_tensors);
 nlohmann::json result_json(const ConvertResult& r);
+// The profile as a table: per phase thread-seconds, CPU-seconds, bytes, one core's rate, threads busy.
+std::string describe_profile(const ConvertResult& r);
 
 // One rank's converted attention, read back (for verify-decode and tests): the rank's own
 // MlaConfig (num_heads = H/(tp/g), kv_lora_rank = d_c/g), its float64 weights, and the

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 
@@ -30,8 +32,9 @@ const std::array<double, 256>& e4m3_values() {
 
 }  // namespace
 
-SourceTensor::SourceTensor(std::string name, TensorView weight, std::optional<TensorView> scale_inv)
-    : name_(std::move(name)), weight_(std::move(weight)), scale_(std::move(scale_inv)) {
+SourceTensor::SourceTensor(std::string name, TensorView weight, std::optional<TensorView> scale_inv,
+                           EncodeStats* stats)
+    : name_(std::move(name)), weight_(std::move(weight)), scale_(std::move(scale_inv)), stats_(stats) {
   if (weight_.shape.empty() || weight_.shape.size() > 2)
     throw InputError("tensor '" + name_ + "' has shape " + shape_to_string(weight_.shape) + ", expected 1-D or 2-D");
   if (!dtype_is_float(weight_.dtype) || weight_.dtype == DType::F4 || weight_.dtype == DType::F8_E8M0)
@@ -97,9 +100,37 @@ void SourceTensor::read_row(int64_t r, int64_t c0, int64_t c1, double* out) cons
 }
 
 MatrixR SourceTensor::read_matrix() const {
+  populate_rows(0, rows());
+  ScopedPhase timed(stats_ ? &stats_->dequantise : nullptr, stored_bytes());
   MatrixR m(rows(), cols());
   for (int64_t r = 0; r < rows(); ++r) read_row(r, 0, cols(), m.data() + r * cols());
   return m;
+}
+
+namespace {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
+// Whole pages covering the span, faulted in (read from disk if needed) in one call.
+void populate(std::span<const std::byte> b) {
+  static std::atomic<bool> supported{true};
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (b.empty() || !supported.load(std::memory_order_relaxed)) return;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(b.data()) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(b.data()) + b.size() + page - 1) & ~(page - 1);
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) != 0 && errno == EINVAL)
+    supported = false;  // older kernel: pages fault in during the encode instead
+}
+}  // namespace
+
+void SourceTensor::populate_rows(int64_t r0, int64_t r1) const {
+  if (r1 <= r0) return;
+  const size_t row_bytes = static_cast<size_t>(cols() * dtype_bits(weight_.dtype) / 8);
+  const auto rows_span = weight_.bytes.subspan(static_cast<size_t>(r0) * row_bytes, static_cast<size_t>(r1 - r0) * row_bytes);
+  ScopedPhase timed(stats_ ? &stats_->read : nullptr, rows_span.size());
+  populate(rows_span);
+  if (scale_) populate(scale_->bytes);  // tiny: the whole [rows/128, cols/128] table
 }
 
 namespace {
@@ -125,57 +156,66 @@ void SourceTensor::release_rows(int64_t r0, int64_t r1) const {
 
 std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t r0, int64_t r1, int64_t c0,
                                                int64_t c1, DType dtype, bool release_as_read) {
-  constexpr int64_t kReleaseRows = 256;
-  auto maybe_release = [&](int64_t r) {  // called after row r is done
-    if (release_as_read && (r + 1 - r0) % kReleaseRows == 0) src.release_rows(r + 1 - kReleaseRows, r + 1);
-  };
   const DType in = src.dtype();
+  const bool copy = (in == DType::BF16 && dtype == DType::BF16) || (in == DType::F32 && dtype == DType::F32);
+  const bool table = in == DType::F8_E4M3 && dtype == DType::BF16;
+  if (!copy && !table) return std::nullopt;
+  // Rows go in chunks: populate (read), encode (timed), then drop the input pages when asked.
+  constexpr int64_t kChunkRows = 256;
+  EncodeStats* stats = src.stats();
   const int64_t ncols = c1 - c0, cols = src.cols();
-  const bool is2d = src.shape().size() == 2;
   const std::byte* data = src.weight().bytes.data();
   EncodedTensor out;
-  if ((in == DType::BF16 && dtype == DType::BF16) || (in == DType::F32 && dtype == DType::F32)) {
+  if (copy) {
     const size_t eb = in == DType::BF16 ? 2 : 4;
     out.weight.resize(static_cast<size_t>((r1 - r0) * ncols) * eb);
-    for (int64_t r = r0; r < r1; ++r) {
-      std::byte* dst = out.weight.data() + static_cast<size_t>((r - r0) * ncols) * eb;
-      std::memcpy(dst, data + static_cast<size_t>(r * cols + c0) * eb, static_cast<size_t>(ncols) * eb);
-      for (int64_t c = 0; c < ncols; ++c) {
-        bool bad;
-        if (eb == 2) {
-          uint16_t b;
-          std::memcpy(&b, dst + 2 * c, 2);
-          bad = (b & 0x7F80u) == 0x7F80u;  // exponent all ones: inf or nan
-        } else {
-          uint32_t b;
-          std::memcpy(&b, dst + 4 * c, 4);
-          bad = (b & 0x7F800000u) == 0x7F800000u;
-        }
-        if (bad) {
-          double v;
-          src.read_row(r, c0 + c, c0 + c + 1, &v);  // throws the named error
+    for (int64_t a = r0; a < r1; a += kChunkRows) {
+      const int64_t b = std::min(r1, a + kChunkRows);
+      src.populate_rows(a, b);
+      ScopedPhase timed(stats ? &stats->fast_encode : nullptr, static_cast<uint64_t>((b - a) * ncols) * eb);
+      for (int64_t r = a; r < b; ++r) {
+        std::byte* dst = out.weight.data() + static_cast<size_t>((r - r0) * ncols) * eb;
+        std::memcpy(dst, data + static_cast<size_t>(r * cols + c0) * eb, static_cast<size_t>(ncols) * eb);
+        for (int64_t c = 0; c < ncols; ++c) {
+          bool bad;
+          if (eb == 2) {
+            uint16_t v;
+            std::memcpy(&v, dst + 2 * c, 2);
+            bad = (v & 0x7F80u) == 0x7F80u;  // exponent all ones: inf or nan
+          } else {
+            uint32_t v;
+            std::memcpy(&v, dst + 4 * c, 4);
+            bad = (v & 0x7F800000u) == 0x7F800000u;
+          }
+          if (bad) {
+            double v;
+            src.read_row(r, c0 + c, c0 + c + 1, &v);  // throws the named error
+          }
         }
       }
-      maybe_release(r);
+      if (release_as_read) src.release_rows(a, b);
     }
     return out;
   }
-  if (in == DType::F8_E4M3 && dtype == DType::BF16) {
-    const auto& table = e4m3_values();
-    const int64_t bs = io::kFp8BlockSize, bc = (cols + bs - 1) / bs;
-    const std::byte* scales = src.scale()->bytes.data();
-    out.weight.resize(static_cast<size_t>((r1 - r0) * ncols) * 2);
-    std::vector<uint16_t> lut(static_cast<size_t>(bc) * 256);
-    int64_t lut_block_row = -1;
-    const auto* q = reinterpret_cast<const uint8_t*>(data);
-    for (int64_t r = r0; r < r1; ++r) {
+  const auto& values = e4m3_values();
+  const int64_t bs = io::kFp8BlockSize, bc = (cols + bs - 1) / bs;
+  const std::byte* scales = src.scale()->bytes.data();
+  out.weight.resize(static_cast<size_t>((r1 - r0) * ncols) * 2);
+  std::vector<uint16_t> lut(static_cast<size_t>(bc) * 256);
+  int64_t lut_block_row = -1;
+  const auto* q = reinterpret_cast<const uint8_t*>(data);
+  for (int64_t a = r0; a < r1; a += kChunkRows) {
+    const int64_t b = std::min(r1, a + kChunkRows);
+    src.populate_rows(a, b);
+    ScopedPhase timed(stats ? &stats->fast_encode : nullptr, static_cast<uint64_t>((b - a) * ncols));
+    for (int64_t r = a; r < b; ++r) {
       if (r / bs != lut_block_row) {
         lut_block_row = r / bs;
-        for (int64_t b = c0 / bs; b <= (c1 - 1) / bs; ++b) {
-          float s;
-          std::memcpy(&s, scales + (lut_block_row * bc + b) * 4, 4);
-          if (!std::isfinite(s)) return std::nullopt;  // the generic path names the element
-          for (int i = 0; i < 256; ++i) lut[b * 256 + i] = fast_double_to_bf16(table[i] * static_cast<double>(s));
+        for (int64_t k = c0 / bs; k <= (c1 - 1) / bs; ++k) {
+          float sc;
+          std::memcpy(&sc, scales + (lut_block_row * bc + k) * 4, 4);
+          if (!std::isfinite(sc)) return std::nullopt;  // the generic path names the element
+          for (int i = 0; i < 256; ++i) lut[k * 256 + i] = fast_double_to_bf16(values[i] * static_cast<double>(sc));
         }
       }
       auto* dst = reinterpret_cast<uint16_t*>(out.weight.data()) + (r - r0) * ncols;
@@ -186,15 +226,13 @@ std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t 
           double v;
           src.read_row(r, c, c + 1, &v);
         }
-        uint16_t b = lut[(c / bs) * 256 + code];
-        std::memcpy(dst + (c - c0), &b, 2);
+        uint16_t v = lut[(c / bs) * 256 + code];
+        std::memcpy(dst + (c - c0), &v, 2);
       }
-      maybe_release(r);
     }
-    (void)is2d;
-    return out;
+    if (release_as_read) src.release_rows(a, b);
   }
-  return std::nullopt;
+  return out;
 }
 
 uint16_t fast_double_to_bf16(double v) {
@@ -216,7 +254,9 @@ uint16_t fast_double_to_bf16(double v) {
   return double_to_bf16(v);
 }
 
-EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src) {
+EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src,
+                          EncodeStats* stats) {
+  PhaseTotals* cast = stats ? &stats->encode : nullptr;
   EncodedTensor out;
   const int64_t band = io::kFp8BlockSize;
   MatrixR buf(std::min(band, rows), cols);
@@ -228,6 +268,7 @@ EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, in
       const int64_t n = std::min(band, rows - r0);
       MatrixR m(n, cols);
       src(r0, r0 + n, m.data());
+      ScopedPhase timed(cast, static_cast<uint64_t>(n * cols));
       const io::Fp8Block q = io::quantize_fp8_block(name, m);
       std::memcpy(out.weight.data() + r0 * cols, q.weight.bytes.data(), q.weight.bytes.size());
       std::memcpy(out.scale_inv.data() + (r0 / band) * bc * 4, q.scale_inv.bytes.data(), q.scale_inv.bytes.size());
@@ -239,6 +280,7 @@ EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, in
   for (int64_t r0 = 0; r0 < rows; r0 += band) {
     const int64_t n = std::min(band, rows - r0);
     src(r0, r0 + n, buf.data());
+    ScopedPhase timed(cast, static_cast<uint64_t>(n * cols * bytes));
     const double* v = buf.data();
     std::byte* dst = out.weight.data() + static_cast<size_t>(r0 * cols * bytes);
     const int64_t count = n * cols;

@@ -4,18 +4,30 @@
 // with fresh 128x128 block scales), without ever holding a whole model in memory.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/phase_clock.hpp"
 #include "core/tensor.hpp"
 
 namespace mla::transform {
 
+// Where reading and encoding add their time and bytes (mla-convert --profile); see
+// core/phase_clock.hpp. Each field names one phase of the conversion.
+struct EncodeStats {
+  PhaseTotals read;         // input pages brought into memory (populate_rows): disk / page cache
+  PhaseTotals dequantise;   // stored dtype (FP8 x block scale, BF16, F32) -> float64
+  PhaseTotals encode;       // float64 -> BF16 / F32 cast or FP8 block quantisation
+  PhaseTotals fast_encode;  // the fused exact paths: BF16/F32 byte copy, FP8 -> BF16 table
+};
+
 // A checkpoint tensor (a zero-copy view) plus its FP8 `_scale_inv` when it has one.
 class SourceTensor {
  public:
-  SourceTensor(std::string name, TensorView weight, std::optional<TensorView> scale_inv);
+  SourceTensor(std::string name, TensorView weight, std::optional<TensorView> scale_inv,
+               EncodeStats* stats = nullptr);
   const std::string& name() const { return name_; }
   const Shape& shape() const { return weight_.shape; }
   int64_t rows() const { return weight_.shape.size() == 2 ? weight_.shape[0] : 1; }
@@ -25,7 +37,12 @@ class SourceTensor {
   // Values [c0, c1) of row r as float64 (exact: e4m3 x f32 scale fits a double). Throws
   // InputError "tensor '<name>' has a non-finite value (nan) at [r, c]" on NaN/Inf.
   void read_row(int64_t r, int64_t c0, int64_t c1, double* out) const;
-  MatrixR read_matrix() const;  // the whole tensor ([1, n] for 1-D)
+  MatrixR read_matrix() const;  // the whole tensor ([1, n] for 1-D), populated first
+  // Rows [r0, r1) of the values (and their scales) read into memory now, in one call
+  // (MADV_POPULATE_READ; a no-op where the kernel lacks it), so reading is one timed phase
+  // and the encoders never stall on page faults.
+  void populate_rows(int64_t r0, int64_t r1) const;
+  EncodeStats* stats() const { return stats_; }
   // Tells the kernel the mapped pages are no longer needed, so resident memory stays a few
   // tensors (the file pages stay in the page cache).
   void release_pages() const;
@@ -39,6 +56,7 @@ class SourceTensor {
   TensorView weight_;
   std::optional<TensorView> scale_;
   int64_t scale_cols_ = 0;
+  EncodeStats* stats_ = nullptr;
 };
 
 // Exact round-to-nearest-even double -> BF16 bits (same result as core double_to_bf16,
@@ -48,13 +66,38 @@ uint16_t fast_double_to_bf16(double v);
 // Produces rows [r0, r1) of a [rows, cols] float64 matrix into `out` (row-major).
 using RowSource = std::function<void(int64_t r0, int64_t r1, double* out)>;
 
+// Leaves new elements uninitialised: the encoders overwrite every byte, so std::vector's
+// zero fill on resize would be one more pass over every output byte.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using ByteBuffer = std::vector<std::byte, UninitAllocator<std::byte>>;
+
 struct EncodedTensor {
-  std::vector<std::byte> weight;
-  std::vector<std::byte> scale_inv;  // F32 [ceil(rows/128), ceil(cols/128)] for FP8, else empty
+  ByteBuffer weight;
+  ByteBuffer scale_inv;  // F32 [ceil(rows/128), ceil(cols/128)] for FP8, else empty
 };
 // Encodes a [rows, cols] float64 source into `dtype` (BF16, F32, F16 or F8_E4M3). FP8 uses
 // io::quantize_fp8_block on 128-row bands (identical to quantising the whole matrix).
-EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src);
+// `stats`: the cast / quantisation time goes to stats->encode (the source's own time is not
+// counted here).
+EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src,
+                          EncodeStats* stats = nullptr);
 RowSource matrix_rows(const MatrixR& m);
 
 // Fast exact paths for the slice [rows) x [cols) of `src` encoded into `dtype`: BF16 -> BF16 and

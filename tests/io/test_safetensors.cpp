@@ -269,6 +269,83 @@ TEST(Safetensors, StreamingWriterHashesWhileWriting) {
   EXPECT_THROW((void)plain.sha256(), Error);
 }
 
+TEST(Safetensors, StreamingWriterHoldsOutOfOrderTensorsForTheHash) {
+  // options.hold: tensors written ahead of the hashed prefix with an owner are kept (not
+  // copied) and hashed from memory; what does not fit the budget is read back. The digest and
+  // the bytes are the same either way, every held owner is let go, the budget returns to 0.
+  TempDir dir;
+  std::vector<std::shared_ptr<OwnedTensor>> ts;
+  std::vector<OwnedTensor> plain;
+  std::vector<TensorSpec> specs;
+  uint64_t total = 0;
+  for (int i = 0; i < 40; ++i) {
+    const Shape shape = i == 5 ? Shape{2048, 1024} : Shape{33, 7 + i % 4};  // one 4 MiB tensor (direct I/O)
+    ts.push_back(std::make_shared<OwnedTensor>(patterned(join("t", std::to_string(i)), DType::F32, shape, i)));
+    plain.push_back(*ts.back());
+    specs.push_back({ts.back()->name, ts.back()->dtype, ts.back()->shape});
+    total += ts.back()->bytes.size();
+  }
+  write_safetensors(dir.path() / "ref", plain, {});
+  const auto ref = read_bytes(dir.path() / "ref");
+  for (const uint64_t limit : {uint64_t{0}, uint64_t{20000}, total}) {
+    HoldBudget hold(limit);
+    WriterStats stats;
+    const StreamingWriterOptions opts{.fsync_on_finish = false, .hash = true, .direct_io = true, .stats = &stats, .hold = &hold};
+    const auto path = dir.path() / join("hold", std::to_string(limit));
+    std::vector<std::weak_ptr<OwnedTensor>> seen;
+    std::string digest;
+    {
+      StreamingFileWriter w(path, specs, {}, opts);
+      std::vector<size_t> order(ts.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;  // the layout's order reversed
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 3; ++t)
+        threads.emplace_back([&, t] {
+          for (size_t k = t; k < order.size(); k += 3) {
+            const auto& layout_name = w.layout().order[order[k]].name;
+            for (const auto& x : ts)
+              if (x->name == layout_name) w.write(x->name, x->bytes, x);
+          }
+        });
+      for (auto& t : threads) t.join();
+      w.finish();
+      digest = w.sha256();
+    }
+    EXPECT_EQ(digest, sha256_file(path)) << "limit " << limit;
+    EXPECT_EQ(read_bytes(path), ref) << "limit " << limit;
+    for (const auto& x : ts) EXPECT_EQ(x.use_count(), 1) << x->name << " still held, limit " << limit;
+    EXPECT_TRUE(hold.try_take(limit)) << "budget not returned, limit " << limit;
+    EXPECT_LE(hold.peak(), limit);
+    EXPECT_EQ(stats.hash.bytes.load(), total);
+    EXPECT_EQ(stats.write.bytes.load(), total);
+    if (limit == 0) {
+      EXPECT_GT(stats.read_back.bytes.load(), 0u);
+    }
+    if (limit == total) {
+      EXPECT_EQ(stats.read_back.bytes.load(), 0u);
+    }
+    if (limit == 20000) {
+      EXPECT_GT(hold.peak(), 0u);
+    }
+  }
+  {
+    // An unfinished writer hands its held bytes back.
+    HoldBudget hold(total);
+    const StreamingWriterOptions opts{.fsync_on_finish = false, .hash = true, .hold = &hold};
+    {
+      StreamingFileWriter w(dir.path() / "abandoned", specs, {}, opts);
+      for (size_t k = 1; k < ts.size(); ++k) {
+        const auto& name = w.layout().order[k].name;
+        for (const auto& x : ts)
+          if (x->name == name) w.write(x->name, x->bytes, x);
+      }
+      EXPECT_GT(hold.peak(), 0u);
+    }
+    EXPECT_TRUE(hold.try_take(total));
+    for (const auto& x : ts) EXPECT_EQ(x.use_count(), 1);
+  }
+}
+
 TEST(Safetensors, StreamingWriterRejectsMisuse) {
   TempDir dir;
   const auto path = dir.path() / "m.safetensors";

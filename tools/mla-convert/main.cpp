@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   ConvertOptions o;
   std::string reparam = "identity", norm = "approx", out_dtype = "bf16", input, output;
   uint64_t seed = 0;
-  bool list = false;
+  bool list = false, profile = false;
   app.add_option("CHECKPOINT", input, "Input Hugging Face checkpoint directory")->required();
   app.add_option("-o,--output", output, "Output directory (must not exist; written atomically)")->required();
   app.add_option("--tp", o.tp, "Tensor-parallel degree: 1, 2, 4 or 8")->required();
@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "Worker threads (output bytes do not depend on it)")->check(CLI::Range(1, 256));
   auto* seed_opt = app.add_option("--seed", seed, "Seed of the Hadamard random +-1 diagonal (none: plain Sylvester)");
   app.add_option("--max-shard-bytes", o.max_shard_bytes, "Largest output shard (tensor bytes)");
+  app.add_flag("--profile", profile,
+               "Print where the time went: per phase (read, dequantise, float64 math, cast/quantise, write, "
+               "SHA-256, fsync) thread-seconds, bytes and one core's rate (also under \"profile\" in --json)");
 
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     o.input = input;
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
     if (seed_opt->count() > 0) o.seed = seed;
     const ConvertResult r = convert_checkpoint(o);
     if (o.dry_run || !common.quiet) std::cout << describe_plan(r, list);
+    if (profile) std::cout << describe_profile(r);
     mla::cli::write_json_output(common.json_path, result_json(r).dump(2));
     return 0;
   });
