@@ -518,8 +518,10 @@ std::string run_tp_bench(const TpOptions& o) {
       std::snprintf(cell, sizeof cell, "%.1f/%.1f", rr[slow].step_us, pred_step);
       std::printf(" | %-15s | %9.2f %8.1f", cell, rr[slow].kv_bytes / 1e9, rr[slow].comm_bytes / 1e3);
       if (o.one_gpu) {
-        // The 1-rank collectives measured here are no-ops: replace them by their prediction.
-        const double est = rr[slow].step_us - rr[slow].part_us[0] - rr[slow].part_us[5] + pr[0] + pr[5];
+        // The 1-rank collectives measured here are no-ops: replace them by their prediction
+        // (dcp: the LSE all-gather's latency on top of the rescale measured in dcp_merge).
+        const double est = rr[slow].step_us - rr[slow].part_us[0] - rr[slow].part_us[5] + pr[0] + pr[5] +
+                           (sh.mode == "dcp" ? o.assumed_latency_us : 0.0);
         std::printf("  step with predicted collectives %.1f", est);
         jr["step_with_predicted_collectives_us"] = est;
       }
