@@ -326,8 +326,8 @@ std::string MultiDeviceRunner::name() const {
   const std::string n = std::to_string(devices_);
   if (device_ == "cpu") return n + " CPU threads (twin), in-process all-reduce";
   if (nccl_) return n + " CUDA devices, NCCL all-reduce";
-  return n + " ranks on " + std::to_string(std::min(devices_, visible_gpus_)) +
-         " CUDA device(s) (one thread each), in-process all-reduce";
+  return std::to_string(std::min(devices_, visible_gpus_)) + " CUDA device(s) (" + n +
+         " rank threads), in-process all-reduce";
 }
 
 template <class F>
