@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.hpp"
@@ -51,10 +52,8 @@ __device__ void encode_row(const uint16_t* src, int d_c, int d_r, int lane, Stor
   if (lane == 0) store_s(s);
 }
 
-__global__ void fp8_append_kernel(const Fp8AppendParams p) {
-  const int lane = threadIdx.x & 31;
-  const int i = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5), b = blockIdx.y;
-  if (i >= p.n_new) return;
+// Token i of request b (one warp).
+__device__ void append_token(const Fp8AppendParams& p, int i, int b, int lane) {
   const long long pos = static_cast<long long>(p.positions[b]) + i;
   const long long slot = pos / p.page_size;
   if (pos < 0 || slot >= p.max_pages) {
@@ -74,6 +73,13 @@ __global__ void fp8_append_kernel(const Fp8AppendParams p) {
       src, p.d_c, p.d_r, lane, [&](int c, uint8_t v) { base[l.latent_byte(t, c)] = v; },
       [&](int c, uint16_t v) { *reinterpret_cast<uint16_t*>(base + l.rope_byte(t, c)) = v; },
       [&](float s) { *reinterpret_cast<float*>(base + l.scale_byte(t)) = s; });
+}
+
+__global__ void fp8_append_kernel(const Fp8AppendParams p) {
+  const int lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (i >= p.n_new) return;
+  for (int b = blockIdx.y; b < p.batch; b += gridDim.y) append_token(p, i, b, lane);
 }
 
 __global__ void fp8_query_kernel(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
@@ -97,7 +103,7 @@ void check_launch(const char* what) {
 void fp8_cache_append(const Fp8AppendParams& p, cudaStream_t stream) {
   auto bad = [](const std::string& what) { throw InputError("fp8 cache append params: " + what); };
   if (!p.kv_new || !p.positions || !p.page_table || !p.cache) bad("a pointer is null");
-  if (p.batch < 1 || p.batch > 65535) bad("batch = " + std::to_string(p.batch) + " (supported: 1..65535)");
+  if (p.batch < 1) bad("batch = " + std::to_string(p.batch) + " (must be >= 1)");
   if (p.n_new < 1) bad("n_new = " + std::to_string(p.n_new) + " (must be >= 1)");
   if (p.max_pages < 1) bad("max_pages = " + std::to_string(p.max_pages));
   if (p.num_pages < 1) bad("num_pages = " + std::to_string(p.num_pages));
@@ -106,7 +112,7 @@ void fp8_cache_append(const Fp8AppendParams& p, cudaStream_t stream) {
   if (!dc_ok) bad("d_c = " + std::to_string(p.d_c) + " (supported: 16, 32, 64 or a multiple of 128)");
   if (!dr_ok) bad("d_r = " + std::to_string(p.d_r) + " (supported: 8, 16, 32 or a multiple of 64)");
   if (p.page_size < 1) bad("page_size = " + std::to_string(p.page_size));
-  const dim3 grid((p.n_new + kWarpsPerBlock - 1) / kWarpsPerBlock, p.batch);
+  const dim3 grid((p.n_new + kWarpsPerBlock - 1) / kWarpsPerBlock, std::min(p.batch, 65535));
   fp8_append_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p);
   check_launch("fp8 cache append launch");
 }

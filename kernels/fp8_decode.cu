@@ -5,19 +5,18 @@
 // warpgroup (setmaxnreg), a 2-stage ring of 64-token tiles filled with bulk copies: the format's
 // pre-swizzled column blocks land in shared memory as the 128-byte (latent) and 128/64-byte
 // (RoPE) swizzled K-major layouts wgmma reads (4 + 1 copies of 8 KB and one of 256 B of scales
-// per tile at d_c = 512). Per tile, each warpgroup:
-//   S  = Q8 K8^T (wgmma m64n64k32 e4m3, d_c / 32 steps) + Q_rope K_rope^T (wgmma m64n64k16 bf16)
-//        into one fp32 accumulator (both parts live in the s_q s_k units of the format);
-//   online softmax with s_k folded into P and P re-quantised per tile (twin's rounding points),
-//   P kept in registers as the A operand of the next wgmma;
-//   V^T: PV needs the latent K-major along tokens, which FP8 wgmma cannot transpose on the fly
-//   (no tnspB for 8-bit types). Each warpgroup transposes its d_c / 2 channels of the tile in
-//   shared memory (4x4 byte blocks: 4 ld.shared.b32 + 8 prmt + 4 st.shared.b32 per thread and
-//   block, 16 KB per warpgroup per tile at d_c = 512), writing the token order that makes the
-//   S accumulator's registers the A fragment without shuffles (see transpose_half);
-//   O[:, half] += P8 V8^T (wgmma m64n(d_c/2)k32 e4m3, A from registers).
-// Both warpgroups compute the same S (no P exchange, no cross-warpgroup barrier): it costs
-// (d_c + d_r) / (2 d_c + d_r) of the tensor work again, which the memory-bound shapes hide.
+// per tile at d_c = 512). Per tile:
+//   warpgroup 0: S = Q8 K8^T (wgmma m64n64k32 e4m3, d_c / 32 steps) + Q_rope K_rope^T (wgmma
+//        m64n64k16 bf16) into one fp32 accumulator (both parts live in the s_q s_k units of the
+//        format); online softmax with s_k folded into P and P re-quantised per tile (the twin's
+//        rounding points); P8 stays in registers as the A operand of its P.V, and is handed to
+//        warpgroup 1 through shared memory as the registers themselves: the wgmma A fragment
+//        depends only on a thread's index in its warpgroup, so thread t of warpgroup 1 needs
+//        exactly thread t of warpgroup 0's 8 registers (and its 2 rows' rescale factors);
+//   both: V^T of their d_c / 2 channels (FP8 wgmma cannot transpose an 8-bit B operand, see
+//        transpose_half and docs/formats/kv-fp8.md; warpgroup 1 does it while warpgroup 0
+//        computes S), then O[:, half] = O gamma + P8 V8^T (wgmma m64n(d_c/2)k32 e4m3, A from
+//        registers).
 #include "kernels/fp8_decode.hpp"
 
 #include <cuda_fp8.h>
@@ -54,7 +53,8 @@ struct Cfg {
   static constexpr uint32_t kStageData = 64 * (DC + kRB) + 256;
   static constexpr uint32_t kStage = (kStageData + 1023) / 1024 * 1024;
   static constexpr uint32_t kVt = DC * 128;  // V^T: one 128-byte row per channel, 64 bytes used
-  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kStages * kStage + kVt + 8 * 2 * kStages; }
+  static constexpr uint32_t kXchg = 10 * 128 * 4;  // warpgroup 0 -> 1: 8 P registers + 2 row factors per thread
+  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kStages * kStage + kVt + kXchg + 8 * 2 * kStages; }
 };
 
 // Shared-memory matrix descriptor with swizzle mode `mode` (1: 128 B, 2: 64 B).
@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (raw + 1023u) & ~1023u;
   const unsigned char* gbase = smem_raw + (base - raw);
   const uint32_t sQ8 = base, sQR = sQ8 + C::kQ8, sSt = sQR + C::kQR, sVt = sSt + S * C::kStage;
-  const uint32_t bar0 = sVt + C::kVt;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  uint32_t* xchg = reinterpret_cast<uint32_t*>(smem_raw + (base - raw) + (sVt + C::kVt - base));  // [10][128]
+  const uint32_t bar0 = sVt + C::kVt + C::kXchg;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
@@ -179,6 +180,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, tq = lane % 4;
   const float scale_log2 = p.scale * detail::kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
+  // Named barriers of the warpgroup 0 -> 1 hand-over (256 threads each): kReady, warpgroup 0
+  // arrives once the slot is written and warpgroup 1 waits; kFree, the reverse. Warpgroup 1
+  // arrives on kFree once before the first message, warpgroup 0 waits on it once after the last,
+  // so every phase of both completes.
+  constexpr int kReady = 4, kFree = 5;
+  auto send = [&](const uint32_t (&v)[10]) {  // warpgroup 0
+    detail::named_bar_sync(kFree, 256);
+#pragma unroll
+    for (int i = 0; i < 10; ++i) xchg[i * 128 + wtid] = v[i];
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(kReady), "r"(256) : "memory");
+  };
+  auto receive = [&](uint32_t (&v)[10]) {  // warpgroup 1
+    detail::named_bar_sync(kReady, 256);
+#pragma unroll
+    for (int i = 0; i < 10; ++i) v[i] = xchg[i * 128 + wtid];
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(kFree), "r"(256) : "memory");
+  };
+  if (wg == 1) asm volatile("bar.arrive %0, %1;\n" ::"r"(kFree), "r"(256) : "memory");
   int grow[2], lim_off[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -215,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float rowf[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) rowf[h] = grow[h] < rows ? p.q_scale[static_cast<size_t>(b) * rows + grow[h]] * scale_log2 : 0.f;
-    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f}, sig[2] = {1.f, 1.f};
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f}, sig[2] = {1.f, 1.f};  // warpgroup 0
     float acc[C::kOReg];
 #pragma unroll
     for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
@@ -228,120 +247,140 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int page = (j0 < L && slot < p.max_pages) ? ptab[slot] : -1;
       const int valid = (page >= 0 && page < p.num_pages) ? min(kT, L - j0) : 0;
       detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
-      // ---- S = Q8 K8^T + Q_rope K_rope^T ----
-      float sv[32];
+      uint32_t msg[10];  // P8 A fragments of the two k-steps, then the two rows' gamma
+      if (wg == 0) {
+        // ---- S = Q8 K8^T + Q_rope K_rope^T ----
+        float sv[32];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        sv[i] = 0.f;
-        gmma::fence_operand(sv[i]);
+        for (int i = 0; i < 32; ++i) {
+          sv[i] = 0.f;
+          gmma::fence_operand(sv[i]);
+        }
+        gmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < DC / 32; ++kk) {
+          const uint32_t kb = kk * 32;
+          fp8::ss_e4m3_n64(sv, desc_sw(sQ8 + (kb >> 7) * 8192 + (kb & 127), 1024, 1),
+                           desc_sw(st + (kb >> 7) * 8192 + (kb & 127), 1024, 1));
+        }
+#pragma unroll
+        for (int kk = 0; kk < DR / 16; ++kk)
+          gmma::wgmma_ss_n64(sv, desc_sw(sQR + kk * 32, C::kRSbo, C::kRMode),
+                             desc_sw(st + 64 * DC + kk * 32, C::kRSbo, C::kRMode));
+        gmma::commit();
+        gmma::wait<0>();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+        // ---- online softmax, s_k folded into P, P re-quantised per tile ----
+        const float* sk = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
+        int lim[2];
+        float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) lim[h] = min(L - lim_off[h], j0 + valid);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int h = (i >> 1) & 1, jj = (i >> 2) * 8 + 2 * tq + (i & 1);
+          const float x = (j0 + jj < lim[h]) ? (sv[i] * sk[jj]) * rowf[h] : neg_inf;
+          sv[i] = x;
+          tmax[h] = fmaxf(tmax[h], x);
+        }
+        float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+          tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+          const float m_new = fmaxf(m_run[h], tmax[h]);
+          m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+          alpha[h] = exp2f(m_run[h] - m_use[h]);
+          m_run[h] = m_new;
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int h = (i >> 1) & 1, jj = (i >> 2) * 8 + 2 * tq + (i & 1);
+          const bool live = j0 + jj < lim[h];
+          const float pv = live ? exp2f(sv[i] - m_use[h]) : 0.f;
+          psum[h] += pv;
+          const float pp = live ? pv * sk[jj] : 0.f;
+          amax[h] = fmaxf(amax[h], pp);
+          sv[i] = pp;
+        }
+        float gamma[2], inv[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+          amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+          const float sg = amax[h] > 0.f ? amax[h] / quant::kFp8CacheMax : sig[h];
+          inv[h] = 1.f / sg;
+          gamma[h] = alpha[h] * (sig[h] * inv[h]);
+          l_run[h] = l_run[h] * gamma[h] + psum[h] * inv[h];
+          sig[h] = sg;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              const int n0 = 4 * kk + 2 * hf;  // accumulator column blocks n0, n0 + 1
+              msg[4 * kk + h + 2 * hf] =
+                  pack_e4m3(sv[4 * n0 + 2 * h] * inv[h], sv[4 * n0 + 2 * h + 1] * inv[h],
+                            sv[4 * (n0 + 1) + 2 * h] * inv[h], sv[4 * (n0 + 1) + 2 * h + 1] * inv[h]);
+            }
+        msg[8] = __float_as_uint(gamma[0]);
+        msg[9] = __float_as_uint(gamma[1]);
+        send(msg);
       }
-      gmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < DC / 32; ++kk) {
-        const uint32_t kb = kk * 32;
-        fp8::ss_e4m3_n64(sv, desc_sw(sQ8 + (kb >> 7) * 8192 + (kb & 127), 1024, 1),
-                         desc_sw(st + (kb >> 7) * 8192 + (kb & 127), 1024, 1));
-      }
-#pragma unroll
-      for (int kk = 0; kk < DR / 16; ++kk)
-        gmma::wgmma_ss_n64(sv, desc_sw(sQR + kk * 32, C::kRSbo, C::kRMode),
-                           desc_sw(st + 64 * DC + kk * 32, C::kRSbo, C::kRMode));
-      gmma::commit();
-      gmma::wait<0>();
-#pragma unroll
-      for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-      // ---- online softmax, s_k folded into P, P re-quantised per tile ----
-      const float* sk = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
-      int lim[2];
-      float tmax[2] = {neg_inf, neg_inf};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) lim[h] = min(L - lim_off[h], j0 + valid);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int h = (i >> 1) & 1, jj = (i >> 2) * 8 + 2 * tq + (i & 1);
-        const float x = (j0 + jj < lim[h]) ? (sv[i] * sk[jj]) * rowf[h] : neg_inf;
-        sv[i] = x;
-        tmax[h] = fmaxf(tmax[h], x);
-      }
-      float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-        tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-        const float m_new = fmaxf(m_run[h], tmax[h]);
-        m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-        alpha[h] = exp2f(m_run[h] - m_use[h]);
-        m_run[h] = m_new;
-      }
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int h = (i >> 1) & 1, jj = (i >> 2) * 8 + 2 * tq + (i & 1);
-        const bool live = j0 + jj < lim[h];
-        const float pv = live ? exp2f(sv[i] - m_use[h]) : 0.f;
-        psum[h] += pv;
-        const float pp = live ? pv * sk[jj] : 0.f;
-        amax[h] = fmaxf(amax[h], pp);
-        sv[i] = pp;
-      }
-      float gamma[2], inv[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
-        amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-        const float sg = amax[h] > 0.f ? amax[h] / quant::kFp8CacheMax : sig[h];
-        inv[h] = 1.f / sg;
-        gamma[h] = alpha[h] * (sig[h] * inv[h]);
-        l_run[h] = l_run[h] * gamma[h] + psum[h] * inv[h];
-        sig[h] = sg;
-      }
-      uint32_t pa[2][4];
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int n0 = 4 * kk + 2 * hf;  // accumulator column blocks n0, n0 + 1
-            pa[kk][h + 2 * hf] = pack_e4m3(sv[4 * n0 + 2 * h] * inv[h], sv[4 * n0 + 2 * h + 1] * inv[h],
-                                           sv[4 * (n0 + 1) + 2 * h] * inv[h], sv[4 * (n0 + 1) + 2 * h + 1] * inv[h]);
-          }
-      // ---- V^T of this warpgroup's channels; then the stage is free ----
+      // ---- V^T of this warpgroup's channels (warpgroup 1: while warpgroup 0 computes S);
+      // then the stage is free ----
       const uint32_t vt = sVt + wg * C::kNHalf * 128;
       transpose_half<C::kNHalf>(st, vt, wg * C::kNHalf, valid, wtid);
       detail::fence_proxy_async();
       detail::named_bar_sync(2 + wg, 128);
       __syncwarp();
       if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
+      if (wg == 1) receive(msg);
       // ---- O = O * gamma + P8 V8 over this warpgroup's d_c / 2 columns ----
+      const float gm[2] = {__uint_as_float(msg[8]), __uint_as_float(msg[9])};
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) {
-        acc[i] *= gamma[(i >> 1) & 1];
+        acc[i] *= gm[(i >> 1) & 1];
         gmma::fence_operand(acc[i]);
       }
+      const uint32_t pa0[4] = {msg[0], msg[1], msg[2], msg[3]}, pa1[4] = {msg[4], msg[5], msg[6], msg[7]};
       gmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) fp8::rs_e4m3<C::kNHalf>(acc, pa[kk], desc_sw(vt + kk * 32, 1024, 1));
+      fp8::rs_e4m3<C::kNHalf>(acc, pa0, desc_sw(vt, 1024, 1));
+      fp8::rs_e4m3<C::kNHalf>(acc, pa1, desc_sw(vt + 32, 1024, 1));
       gmma::commit();
       gmma::wait<0>();
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
     }
-    // ---- epilogue: o / l, lse = (m + log2(sigma l)) ln 2 ----
+    // ---- epilogue: o / l, lse = (m + log2(sigma l)) ln 2 (warpgroup 0 sends 1/l and lse) ----
+    uint32_t fin[10] = {};
+    if (wg == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const bool empty = l == 0.f;
+        fin[h] = __float_as_uint(empty ? 0.f : 1.f / l);
+        fin[2 + h] = __float_as_uint(empty ? neg_inf : (m_run[h] + log2f(sig[h] * l)) * detail::kLn2);
+      }
+      send(fin);
+    } else {
+      receive(fin);
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float l = l_run[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const bool empty = l == 0.f;
-      const float inv_l = empty ? 0.f : 1.f / l;
-      const float lse = empty ? neg_inf : (m_run[h] + log2f(sig[h] * l)) * detail::kLn2;
       if (grow[h] < rows)
         detail::store_row(
             po, o_acc, lse_acc, b, split, n_split, grow[h], wg * C::kNHalf + 2 * tq, C::kNHalf / 8,
-            [&](int n) { return make_float2(acc[4 * n + 2 * h], acc[4 * n + 2 * h + 1]); }, inv_l, lse,
-            wg == 0 && tq == 0);
+            [&](int n) { return make_float2(acc[4 * n + 2 * h], acc[4 * n + 2 * h + 1]); },
+            __uint_as_float(fin[h]), __uint_as_float(fin[2 + h]), wg == 0 && tq == 0);
     }
   }
+  if (wg == 0) detail::named_bar_sync(kFree, 256);  // the last phase warpgroup 1 opened
 }
 
 int sm_count() {
