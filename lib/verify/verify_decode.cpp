@@ -336,7 +336,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   if (o.dcp && o.devices < 1) throw InputError("--dcp needs --devices N (the ranks sharing the tokens)");
   if (o.devices > 0) {
     runner = std::make_unique<MultiDeviceRunner>(o.device, o.devices, o.comm);
-    rep.devices = (o.dcp ? "DCP on " : "") + runner->name();
+    rep.devices = (o.dcp ? "DCP, tokens shared by " : "TPLA ranks on ") + runner->name();
   }
   // DCP is exact: it must equal the one-device decode within the BF16 kernels' tolerance; TPLA
   // ranks do the one-device arithmetic and must equal it up to float64 summation order.
@@ -503,8 +503,8 @@ std::string VerifyReport::table(const VerifyOptions& o) const {
     double worst = 0.0;
     for (const auto& l : layers) worst = std::max(worst, l.devices_vs_sequential.rel_l2);
     std::snprintf(buf, sizeof buf,
-                  "ranks on %s: output vs one-device sequential sum max rel_l2 %.3e (tolerance %.0e); the table "
-                  "shows the ranks-on-devices output\n",
+                  "%s: output vs the one-device decode max rel_l2 %.3e (tolerance %.0e); the table shows "
+                  "this run's output\n",
                   devices.c_str(), worst, o.dcp ? o.kernel_rel_l2 : kDevicesRelTolerance);
     s << buf;
   }
