@@ -448,7 +448,9 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
   j["prefill"] = o.prefill;
   j["decode"] = o.decode;
   j["sequences"] = o.sequences;
-  j["thresholds"] = {{"max_rel_l2", o.max_rel_l2}, {"max_cos_diff", o.max_cos_diff}, {"kernel_rel_l2", o.kernel_rel_l2}};
+  j["thresholds"] = {{"max_rel_l2", kv_kernel_tolerance(o.kv, o.max_rel_l2)},
+                     {"max_cos_diff", kv_cos_tolerance(o.kv, o.max_cos_diff)},
+                     {"kernel_rel_l2", kv_kernel_tolerance(o.kv, o.kernel_rel_l2)}};
   j["layers"] = nlohmann::json::array();
   for (const auto& l : layers)
     j["layers"].push_back({{"layer", l.layer},
@@ -488,7 +490,8 @@ std::string VerifyReport::table(const VerifyOptions& o) const {
   }
   std::snprintf(buf, sizeof buf,
                 "thresholds: rel_l2 <= %.1e, 1-cos <= %.1e (converted vs original); kernel vs f64 path rel_l2 <= %.1e\n",
-                o.max_rel_l2, o.max_cos_diff, o.kernel_rel_l2);
+                kv_kernel_tolerance(o.kv, o.max_rel_l2), kv_cos_tolerance(o.kv, o.max_cos_diff),
+                kv_kernel_tolerance(o.kv, o.kernel_rel_l2));
   s << buf;
   if (perplexity.ran) {
     std::snprintf(buf, sizeof buf,
