@@ -688,8 +688,6 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   }
 
   io::AtomicDirectory out(o.output);
-  Writers w;
-  w.prof = &prof;
   uint64_t largest_slice = 0;
   for (const Unit& u : p.units) {
     if (u.kind != Unit::Kind::Simple) continue;
@@ -700,8 +698,10 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   }
   MemoryBudget memory(std::max(kMinSliceMemoryBytes,
                                static_cast<uint64_t>(std::min(std::max(1, o.threads), kBigSlicesAtOnce)) * largest_slice));
-  w.memory = &memory;
   io::HoldBudget hold(kHashHoldBytes);
+  Writers w;  // after the budgets: a failed run's writers hand held bytes back as they close
+  w.prof = &prof;
+  w.memory = &memory;
   for (int r = 0; r < o.tp; ++r) {
     const fs::path dir = out.tmp_path() / rank_dir_name(r, o.tp);
     fs::create_directories(dir);
