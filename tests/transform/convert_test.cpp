@@ -184,6 +184,36 @@ TEST_F(ConvertTest, DeterministicAcrossRunsAndThreadCounts) {
   EXPECT_TRUE(fs::exists(outs[0] / "rank-03-of-04" / "model.safetensors.index.json"));
 }
 
+TEST_F(ConvertTest, ProfileAccountsForEveryByte) {
+  // --profile's figures are counted where the work happens: every output byte is written and
+  // hashed exactly once, every input file byte hashed once, whatever the thread count.
+  for (int threads : {1, 5}) {
+    ConvertOptions o = opts("prof" + std::to_string(threads), 2);
+    o.threads = threads;
+    o.max_shard_bytes = 300000;
+    const ConvertResult res = convert_checkpoint(o);
+    auto phase = [&](std::string_view prefix) -> const PhaseFigure& {
+      for (const PhaseFigure& f : res.profile.phases)
+        if (f.name.rfind(prefix, 0) == 0) return f;
+      throw std::runtime_error("no phase " + std::string(prefix));
+    };
+    uint64_t input_file_bytes = 0;
+    for (const auto& f : res.manifest["input"]["files"]) input_file_bytes += f["bytes"].get<uint64_t>();
+    EXPECT_EQ(res.profile.threads, threads);
+    EXPECT_EQ(phase("write").bytes, res.output_bytes) << threads;
+    EXPECT_EQ(phase("SHA-256 outputs").bytes, res.output_bytes) << threads;
+    EXPECT_EQ(phase("SHA-256 inputs").bytes, input_file_bytes) << threads;
+    EXPECT_GT(phase("fast paths").bytes + phase("dequantise").bytes, 0u);
+    EXPECT_GT(phase("float64 math").calls, 0u);  // one latent unit per layer
+    EXPECT_GT(res.profile.peak_rss_kb, 0);
+    EXPECT_LE(res.profile.hash_hold_peak_bytes, res.output_bytes);
+    const nlohmann::json j = result_json(res);
+    EXPECT_EQ(j["profile"]["phases"].size(), res.profile.phases.size());
+    EXPECT_EQ(j["profile"]["wall"].back()["step"], "sync (fsync all outputs) + commit");
+    EXPECT_NE(describe_profile(res).find("SHA-256 outputs"), std::string::npos);
+  }
+}
+
 TEST_F(ConvertTest, Fp8InputEqualsItsDequantisedTwin) {
   write_twin(root_ / "twin");
   ConvertOptions a = opts("a", 2), b = opts("b", 2);
