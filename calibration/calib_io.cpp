@@ -74,6 +74,11 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
       lg.write<double>("eigenvalues", {uint64_t(d)}, L.eigenvalues.data());
       const MatrixR basis = L.pca_basis;  // row-major on disk: basis(i, j), column j = vector j
       lg.write<double>("pca_basis", {uint64_t(d), uint64_t(d)}, basis.data());
+      const MatrixR qk = L.qk_basis;
+      lg.write<double>("qk_basis", {uint64_t(d), uint64_t(d)}, qk.data());
+      lg.set_attr("qk_queries", L.qk_queries);
+      lg.set_attr("qk_objective_pca", L.qk_objective_pca);
+      lg.set_attr("qk_objective", L.qk_objective);
       for (const auto& [g, per_basis] : L.slices) {
         for (const auto& [b, st] : per_basis) {
           auto sg = lg.create_group("g" + std::to_string(g) + "/" + b);
@@ -83,6 +88,7 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
           if (L.have_pairs) {
             sg.write<double>("mu", st.mu);
             sg.write<double>("r2", st.r2);
+            sg.write<double>("logit_fraction_holdout", st.logit_captured);
             sg.write<int32_t>("mu_guarded", std::vector<int32_t>(st.mu_guarded.begin(), st.mu_guarded.end()));
             if (st.mu_per_head.size()) {
               sg.write<double>("mu_per_head", {uint64_t(st.mu_per_head.rows()), uint64_t(g)},
@@ -136,12 +142,23 @@ std::string calib_summary_json(const CalibrationResult& r) {
     l["layer"] = L.layer;
     l["tokens_fit"] = L.tokens_fit;
     l["tokens_holdout"] = L.tokens_holdout;
+    l["qk"] = {{"queries", L.qk_queries}, {"objective_pca", L.qk_objective_pca}, {"objective", L.qk_objective},
+               {"rotations", L.qk_rotations}};
     for (const auto& [g, per_basis] : L.slices) {
       for (const auto& [b, st] : per_basis) {
         auto& s = l["g" + std::to_string(g)][b];
         s["f"] = st.f;
         s["norm_rel_error_holdout"] = st.norm_rel_error;
-        if (L.have_pairs) { s["mu"] = st.mu; s["r2"] = st.r2; s["mu_guarded"] = st.mu_guarded; }
+        if (L.have_pairs) {
+          s["mu"] = st.mu; s["r2"] = st.r2; s["mu_guarded"] = st.mu_guarded;
+          s["logit_fraction_holdout"] = st.logit_captured;
+          if (st.mu_per_head.size()) {
+            std::vector<std::vector<double>> rows;
+            for (Eigen::Index h = 0; h < st.mu_per_head.rows(); ++h)
+              rows.emplace_back(st.mu_per_head.row(h).data(), st.mu_per_head.row(h).data() + st.mu_per_head.cols());
+            s["mu_per_head"] = rows;
+          }
+        }
       }
     }
     for (const auto& [name, m] : L.fp8) l["fp8"][name] = {{"rmse", m.rmse}, {"cos_diff", m.cos_diff}, {"rel_l2", m.rel_l2}};

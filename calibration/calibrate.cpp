@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "calibration/capture.hpp"
+#include "calibration/qk_basis.hpp"
 #include "core/error.hpp"
 #include "quant/fp8_kv.hpp"
 #include "model/rmsnorm.hpp"
@@ -402,6 +403,35 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     L.eigenvalues = eig.values;
     L.pca_basis = eig.vectors;
     bases["pca"] = &L.pca_basis;
+    // qk basis: the query moment M_q from every position and head of the pass-2 fit sequences
+    // of captures holding h; without queries M_q = I and the basis is PCA's.
+    {
+      QueryMoment mq(dc);
+      for (std::size_t ci = 0; ci < caps.size(); ++ci) {
+        if (!caps[ci]->info().has_hidden) continue;
+        for (const auto& [s, hold] : pass2_picks(ci)) {
+          if (hold) continue;
+          const MatrixR h = caps[ci]->read_hidden(layer, s);
+          const model::QueryParts qp = model::project_queries(cfg, w, h, 0);
+          const MatrixR ql = model::absorb_queries(cfg, w, qp.q_nope);  // [T, H*d_c]
+          // One row per (position, head), gamma folded in: logit = q . u.
+          mq.collect(Eigen::Map<const MatrixR>(ql.data(), ql.rows() * H, dc) * w.kv_a_layernorm.asDiagonal());
+        }
+      }
+      L.qk_queries = mq.count;
+      const MatrixR m_q = mq.count ? mq.finalize() : MatrixR(MatrixR::Identity(dc, dc));
+      const QkFit qk = fit_qk_basis(L.second_moment, m_q, L.pca_basis, opt.groups);
+      L.qk_basis = qk.basis;
+      L.qk_objective_pca = qk.objective_start;
+      L.qk_objective = qk.objective;
+      L.qk_rotations = qk.rotations;
+      spdlog::info("layer {}: qk basis: J {:.6f} (PCA) -> {:.6f} in {} sweeps, {} rotations", layer,
+                   qk.objective_start, qk.objective, qk.sweeps, qk.rotations);
+      if (!mq.count)
+        warnings.push_back("layer " + std::to_string(layer) + ": no capture holds the attention input h, so no "
+                           "queries: the qk basis is the PCA basis (isotropic queries)");
+    }
+    bases["qk"] = &L.qk_basis;
     std::map<std::string, std::pair<VectorD, VectorD>> energies;  // diag(U^T M U): fit, held-out
     for (const auto& b : basis_names())
       energies[b] = {basis_energies(L.second_moment, *bases[b]), basis_energies(m_h, *bases[b])};
@@ -415,6 +445,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         st.r2.assign(g, 0.0);
         st.mu_guarded.assign(g, 0);
         st.norm_rel_error.assign(g, 0.0);
+        st.logit_captured.assign(g, 0.0);
       }
     }
     const auto t_eig = clock::now();
@@ -462,6 +493,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         for (int64_t t = 0; t < T; ++t)
           quant::hadamard_rotate_inplace(ub["hadamard"].row(t).data(), static_cast<std::size_t>(dc), signs.data());
         rotate_rows(u, *bases["pca"], ub["pca"]);
+        rotate_rows(u, *bases["qk"], ub["qk"]);
         if (hold) {
           const int64_t wm = dc / gmax;
           std::vector<double> sq_min(static_cast<std::size_t>(T * gmax));  // |slice|^2 of the gmax slices
@@ -592,6 +624,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
           st.mu[k] = mf.mu;
           st.mu_guarded[k] = mf.guarded;
           st.r2[k] = acc[b].hold[g][k].r2(mf.mu);
+          st.logit_captured[k] = acc[b].hold[g][k].zz > 0 ? acc[b].hold[g][k].zp / acc[b].hold[g][k].zz : 0.0;
         }
         if (L.have_pairs && opt.mu_per_head) {
           st.mu_per_head = MatrixR::Ones(H, g);

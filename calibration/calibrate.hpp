@@ -62,6 +62,9 @@ struct SliceStats {
   std::vector<int> mu_guarded;     // 1: partial logit too weak, mu kept at 1
   std::vector<double> norm_rel_error;  // held-out RMSNorm slicing error, per slice
   MatrixR mu_per_head;             // [H, g] when requested
+  // Held-out content logit each slice keeps: sum z p_k / sum z^2 over (query, key) pairs (the
+  // slices' values sum to 1; docs/math.md, "A basis from queries and keys").
+  std::vector<double> logit_captured;
 };
 
 struct Fp8Metrics {
@@ -74,6 +77,10 @@ struct LayerCalibration {
   MatrixR second_moment;             // E[u u^T], fit part
   VectorD eigenvalues;               // descending
   Eigen::MatrixXd pca_basis;         // columns = eigenvectors
+  Eigen::MatrixXd qk_basis;          // Jacobi fit of J = sum_g sum_k f_k R^2_k from PCA (qk_basis.hpp)
+  double qk_objective_pca = 0, qk_objective = 0;  // J on the fitting moments: PCA, qk
+  int64_t qk_rotations = 0;
+  int64_t qk_queries = 0;            // query vectors (positions x heads) in M_q; 0: M_q = I (= PCA)
   std::map<int, std::map<std::string, SliceStats>> slices;  // g -> basis name -> stats
   bool have_pairs = false;           // mu and FP8 computed (capture holds h)
   int64_t pairs_fit = 0, pairs_holdout = 0, fp8_queries = 0;
@@ -112,7 +119,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
 
 // The basis names in output order.
 inline const std::vector<std::string>& basis_names() {
-  static const std::vector<std::string> n = {"identity", "hadamard", "pca"};
+  static const std::vector<std::string> n = {"identity", "hadamard", "pca", "qk"};
   return n;
 }
 

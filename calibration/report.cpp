@@ -53,6 +53,15 @@ void write_report(const CalibrationResult& r, const std::string& md_path) {
           << " | " << vec(gd) << " |\n";
       }
   }
+  o << "\n## Content logit kept per slice, sum z p_k / sum z^2 (held-out pairs)\n\n";
+  o << "PCA keeps latent energy; the qk basis (eigenvectors of (M_u M_q + M_q M_u) / 2) keeps the logit "
+       "q.u itself (docs/math.md).\n\n";
+  o << "| layer | g | basis | logit fraction per slice |\n|---|---|---|---|\n";
+  for (const auto& L : r.layers) {
+    if (!L.have_pairs) continue;
+    for (const auto& [g, pb] : L.slices)
+      for (const auto& [b, st] : pb) o << "| " << L.layer << " | " << g << " | " << b << " | " << vec(st.logit_captured) << " |\n";
+  }
   o << "\n## FP8 attention-output error (SnapMLA configurations)\n\n";
   o << "| layer | config | RMSE | 1-cos | rel. L2 |\n|---|---|---|---|---|\n";
   for (const auto& L : r.layers)

@@ -58,9 +58,9 @@ CalibrationInput load_calibration(const std::filesystem::path& path, const std::
     if (!root.exists(lg)) throw InputError(file + ": calibration group '/" + lg + "' is missing");
     LayerCalibration lc;
     lc.corrections = SliceCorrections::defaults(num_heads, g);
-    if (basis == Reparam::Pca) {
+    if (needs_calibrated_basis(basis)) {
       const auto n = static_cast<uint64_t>(d_c);
-      std::vector<double> v = read_exact(root, lg + "/pca_basis", {n, n}, file);
+      std::vector<double> v = read_exact(root, lg + "/" + std::string(reparam_name(basis)) + "_basis", {n, n}, file);
       lc.pca_basis = Eigen::Map<MatrixR>(v.data(), d_c, d_c);
     }
     if (g > 1) {

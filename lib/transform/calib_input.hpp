@@ -3,6 +3,7 @@
 // docs/formats: written by mla-calibrate):
 //   root attrs  schema = "mla-calib/1", checkpoint_fingerprint (io::fingerprint of the input)
 //   /layer_{i:02d}/pca_basis                         f64 [d_c, d_c] (columns = eigenvectors)
+//   /layer_{i:02d}/qk_basis                          f64 [d_c, d_c] (columns = basis vectors)
 //   /layer_{i:02d}/g{g}/{basis}/energy_fraction      f64 [g]
 //   /layer_{i:02d}/g{g}/{basis}/mu                   f64 [g]
 //   /layer_{i:02d}/g{g}/{basis}/mu_per_head          f64 [H, g] (optional; preferred when present)
@@ -19,7 +20,7 @@
 namespace mla::transform {
 
 struct LayerCalibration {
-  std::optional<MatrixR> pca_basis;  // only when requested
+  std::optional<MatrixR> pca_basis;  // the calibrated basis (pca_basis or qk_basis), only when requested
   SliceCorrections corrections;      // f [g], mu [H, g]
   bool mu_per_head = false;
 };

@@ -231,8 +231,9 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
   const int g = o.groups == 0 ? o.tp : o.groups;
   p.layout = TplaLayout::make(cfg, o.tp, g);
   const TplaLayout& L = p.layout;
-  if (o.reparam == Reparam::Pca && o.calib.empty())
-    throw InputError("--reparam pca needs a calibration file (--calib calib.h5 from mla-calibrate)");
+  if (needs_calibrated_basis(o.reparam) && o.calib.empty())
+    throw InputError("--reparam " + std::string(reparam_name(o.reparam)) +
+                     " needs a calibration file (--calib calib.h5 from mla-calibrate)");
 
   // Units from the table, in name order.
   std::set<int64_t> latent_layers;
@@ -298,12 +299,12 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
       auto& lc = calib.layers.at(static_cast<size_t>(i));
       p.corr[i] = lc.corrections;
       p.mu_per_head[i] = lc.mu_per_head;
-      if (o.reparam == Reparam::Pca)
-        p.rotation[i] = make_rotation(Reparam::Pca, cfg.kv_lora_rank, o.seed, &*lc.pca_basis,
+      if (needs_calibrated_basis(o.reparam))
+        p.rotation[i] = make_rotation(o.reparam, cfg.kv_lora_rank, o.seed, &*lc.pca_basis,
                                       o.calib.string() + " layer " + std::to_string(i));
     }
   }
-  if (o.reparam != Reparam::Pca)
+  if (!needs_calibrated_basis(o.reparam))
     p.rotation[-1] = make_rotation(o.reparam, cfg.kv_lora_rank, o.seed, nullptr, "config.json kv_lora_rank");
 
   // Per-rank output specs (this also runs every divisibility check).

@@ -12,6 +12,7 @@ std::string_view reparam_name(Reparam r) {
     case Reparam::Identity: return "identity";
     case Reparam::Hadamard: return "hadamard";
     case Reparam::Pca: return "pca";
+    case Reparam::Qk: return "qk";
   }
   return "?";
 }
@@ -20,8 +21,9 @@ Reparam parse_reparam(std::string_view name) {
   if (name == "identity") return Reparam::Identity;
   if (name == "hadamard") return Reparam::Hadamard;
   if (name == "pca") return Reparam::Pca;
+  if (name == "qk") return Reparam::Qk;
   throw InputError("unknown reparameterisation '" + std::string(name) +
-                   "' (expected identity, hadamard or pca)");
+                   "' (expected identity, hadamard, pca or qk)");
 }
 
 MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
@@ -35,17 +37,20 @@ MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
                          "(Sylvester Hadamard matrices exist only for n = 2^k), got d_c = " +
                          std::to_string(d_c) + "; use --reparam identity or pca");
       return quant::hadamard_basis(static_cast<size_t>(d_c), seed);
-    case Reparam::Pca: {
+    case Reparam::Pca:
+    case Reparam::Qk: {
+      const std::string name(reparam_name(kind));
       if (pca_basis == nullptr)
-        throw InputError(layer_label + ": --reparam pca needs a calibration file (--calib) with pca_basis");
+        throw InputError(layer_label + ": --reparam " + name + " needs a calibration file (--calib) with " + name +
+                         "_basis");
       if (pca_basis->rows() != d_c || pca_basis->cols() != d_c)
-        throw InputError(layer_label + ": pca_basis has shape [" + std::to_string(pca_basis->rows()) + ", " +
+        throw InputError(layer_label + ": " + name + "_basis has shape [" + std::to_string(pca_basis->rows()) + ", " +
                          std::to_string(pca_basis->cols()) + "], expected [" + std::to_string(d_c) + ", " +
                          std::to_string(d_c) + "]");
       const double dev = (pca_basis->transpose() * *pca_basis - MatrixR::Identity(d_c, d_c)).cwiseAbs().maxCoeff();
       // A basis that is not orthogonal would change the layer's function, not just rotate it.
       if (!(dev <= 1e-8))
-        throw InputError(layer_label + ": pca_basis is not orthogonal (max |U^T U - I| = " + std::to_string(dev) + ")");
+        throw InputError(layer_label + ": " + name + "_basis is not orthogonal (max |U^T U - I| = " + std::to_string(dev) + ")");
       return *pca_basis;
     }
   }

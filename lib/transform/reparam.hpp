@@ -15,8 +15,8 @@
 
 namespace mla::transform {
 
-enum class Reparam { Identity, Hadamard, Pca };
-std::string_view reparam_name(Reparam r);            // "identity" | "hadamard" | "pca"
+enum class Reparam { Identity, Hadamard, Pca, Qk };
+std::string_view reparam_name(Reparam r);            // "identity" | "hadamard" | "pca" | "qk"
 Reparam parse_reparam(std::string_view name);        // throws InputError naming the value
 
 // The orthogonal d_c x d_c rotation U (columns = the new basis vectors).
@@ -27,6 +27,10 @@ Reparam parse_reparam(std::string_view name);        // throws InputError naming
 //  pca:      `pca_basis` (columns = eigenvectors of the uncentred second moment of c/rms(c),
 //            descending eigenvalue, from mla-calibrate); required, must be d_c x d_c and
 //            orthogonal to 1e-8 (InputError naming `layer_label` and the deviation otherwise).
+//  qk:       the same checks on `pca_basis`, here the qk basis (eigenvectors of the symmetrised
+//            product of the key and query second moments, from mla-calibrate; docs/math.md).
+// The bases fitted by mla-calibrate (pca, qk) need a calibration file.
+inline bool needs_calibrated_basis(Reparam r) { return r == Reparam::Pca || r == Reparam::Qk; }
 MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
                       const MatrixR* pca_basis, const std::string& layer_label);
 

@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -22,6 +26,8 @@
 #include "verify/decode_backend.hpp"
 #include "verify/fp8_backend.hpp"
 #include "verify/multi_device_runner.hpp"
+#include "verify/paired_stats.hpp"
+#include "verify/tpla_causal.hpp"
 
 namespace mla::verify {
 namespace fs = std::filesystem;
@@ -50,7 +56,7 @@ struct ConvertedOutputs {
 
 // The converted TPLA decode of one layer for a batch of sequences h[b] [P + T, D].
 ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>& h, int64_t P, int64_t T,
-                               DecodeBackend& backend, int page_size, uint64_t seed) {
+                               DecodeBackend& backend, int page_size, uint64_t seed, bool want_f64 = true) {
   const int64_t B = static_cast<int64_t>(h.size());
   const int64_t D = L.cfg.hidden_size;
   const int64_t n_tok = P + T;
@@ -164,7 +170,7 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
     }
 
     // ---- float64 path: the same computation without bf16 or kernels ----
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < B && want_f64; ++b) {
       for (int64_t t = P; t < n_tok; ++t) {
         model::LatentCache c;
         c.x = X[b].topRows(t + 1);
@@ -257,17 +263,136 @@ void worst_row(const std::vector<MatrixR>& y, const std::vector<MatrixR>& r, Lay
     }
 }
 
-double bits_per_byte(double nll_nats, int64_t count) { return count ? nll_nats / std::log(2.0) / count : 0.0; }
+// End-to-end windows taken from --perplexity-text by default: 512 windows of 32 + 224 bytes
+// (114K scored tokens) give a 95% interval ~0.2% of the loss wide for tiny-v3 at tp = 2 with
+// PCA (docs/calibration.md).
+constexpr int64_t kDefaultTextWindows = 512;
 
-double nll_rows(const MatrixR& logits, const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t* count) {
-  double s = 0.0;
-  for (int64_t t = from; t + 1 < to; ++t) {
-    const double m = logits.row(t).maxCoeff();
-    const double lse = m + std::log((logits.row(t).array() - m).exp().sum());
-    s += lse - logits(t, tokens[t + 1]);
-    ++*count;
+// Token windows of the end-to-end comparison: the capture group's first windows, or windows
+// of prefill + decode bytes spread evenly over --perplexity-text (disjoint text, so their
+// losses are close to independent: the interval's sampling unit).
+std::vector<std::vector<int32_t>> end_to_end_windows(const VerifyOptions& o, const io::CaptureReader& cap,
+                                                     int64_t n_tok) {
+  const int64_t n = o.perplexity_windows > 0      ? o.perplexity_windows
+                    : o.perplexity_text.empty() ? o.sequences
+                                                : kDefaultTextWindows;
+  std::vector<std::vector<int32_t>> w;
+  if (!o.perplexity_text.empty()) {
+    const auto all = io::byte_windows(io::read_bytes(o.perplexity_text), n_tok, 0);
+    if (static_cast<int64_t>(all.size()) < n)
+      throw InputError(o.perplexity_text.string() + ": holds " + std::to_string(all.size()) + " windows of " +
+                       std::to_string(n_tok) + " bytes, --perplexity-windows asks " + std::to_string(n));
+    for (int64_t i = 0; i < n; ++i) w.push_back(all[static_cast<std::size_t>(i * static_cast<int64_t>(all.size()) / n)]);
+    return w;
   }
-  return s;
+  const io::CaptureGroupInfo gi = cap.group_info(o.capture_group);
+  if (gi.sequences < n || gi.seq_len < n_tok)
+    throw InputError(o.activations.string() + ": /" + o.capture_group + " has " + std::to_string(gi.sequences) +
+                     " sequences of " + std::to_string(gi.seq_len) + " tokens; the end-to-end comparison needs " +
+                     std::to_string(n) + " of " + std::to_string(n_tok) + " (or give --perplexity-text)");
+  for (int64_t b = 0; b < n; ++b) {
+    w.push_back(cap.tokens(o.capture_group, b));
+    w.back().resize(static_cast<std::size_t>(n_tok));
+  }
+  return w;
+}
+
+// End to end on a dense model, one chunk of windows at a time: the original in float64 and the
+// converted model (prefill exact with PD separation, every decoded position through the TPLA
+// ranks on the kernels; every other tensor from the original: Megatron sharding of MLP/norms is
+// exact). Without PD separation every position, prompt included, goes through TPLA. Both sides
+// score the same rows P .. P+T-2 (next-token predictions of tokens P+1 .. P+T-1).
+void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
+                    const std::vector<std::vector<int32_t>>& windows, PerplexityReport& out) {
+  const MlaConfig& cfg = orig.config();
+  const model::DenseModel m = model::load_dense_model(
+      cfg, [&](const std::string& n) { return orig.load_matrix(n); },
+      orig.config_json().value("tie_word_embeddings", false));
+  const int64_t n_tok = o.prefill + o.decode;
+  const int64_t p_run = o.pd_separation ? o.prefill : 0;
+  std::vector<LayerContext> layers;
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i)
+    layers.push_back(load_layer(orig, o.converted, tp, i, &m.layers[static_cast<std::size_t>(i)].attn));
+  const bool kernel_path = o.perplexity_path == "kernel";
+  if (!kernel_path && o.perplexity_path != "f64")
+    throw InputError("--perplexity-path must be f64 or kernel, got '" + o.perplexity_path + "'");
+  const auto chunk = static_cast<std::size_t>(std::max<int64_t>(1, o.perplexity_chunk));
+  out.original.assign(windows.size(), {});
+  out.converted.assign(windows.size(), {});
+  auto run_chunk = [&](std::size_t c0) {
+    const std::size_t c1 = std::min(windows.size(), c0 + chunk);
+    const auto B = static_cast<int64_t>(c1 - c0);
+    std::vector<MatrixR> x(static_cast<std::size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      x[b].resize(n_tok, cfg.hidden_size);
+      for (int64_t t = 0; t < n_tok; ++t) x[b].row(t) = m.embed_tokens.row(windows[c0 + b][t]);
+    }
+    // A fresh backend per chunk releases the chunk's caches.
+    std::unique_ptr<DecodeBackend> backend;
+    if (kernel_path) backend = make_kv_backend(o.device, o.kv);
+    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+      const auto& lw = m.layers[static_cast<std::size_t>(i)];
+      const LayerContext& L = layers[static_cast<std::size_t>(i)];
+      std::vector<MatrixR> h(static_cast<std::size_t>(B));
+      for (int64_t b = 0; b < B; ++b) h[b] = model::rmsnorm(x[b], lw.input_layernorm, cfg.rms_norm_eps);
+      ConvertedOutputs conv;
+      if (kernel_path) {
+        conv = run_converted(L, h, p_run, n_tok - p_run, *backend, o.page_size, o.seed, /*want_f64=*/false);
+      } else {
+        const TplaLayerView view{&L.cfg, &L.ranks, &L.group_of, L.g, L.exact_norm};
+        for (int64_t b = 0; b < B; ++b) conv.kernel.push_back(tpla_attention_f64(view, h[b], p_run));
+      }
+      for (int64_t b = 0; b < B; ++b) {
+        // Causal: the prompt rows' exact outputs need the prompt rows alone.
+        MatrixR attn(n_tok, cfg.hidden_size);
+        if (p_run > 0) attn.topRows(p_run) = model::attention_naive(cfg, lw.attn, h[b].topRows(p_run), 0);
+        attn.bottomRows(n_tok - p_run) = conv.kernel[b];
+        x[b] += attn;
+        x[b] += model::swiglu_mlp(lw, model::rmsnorm(x[b], lw.post_attention_layernorm, cfg.rms_norm_eps));
+      }
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& tok = windows[c0 + b];
+      out.original[c0 + b] = score_tokens(model::dense_forward(m, tok), tok, o.prefill, n_tok);
+      const MatrixR logits_conv = model::rmsnorm(x[b], m.final_norm, cfg.rms_norm_eps) * m.lm_head.transpose();
+      out.converted[c0 + b] = score_tokens(logits_conv, tok, o.prefill, n_tok);
+    }
+  };
+  // Chunks on worker threads (CPU only; the CUDA backend is driven from one thread). Results
+  // land at their window's index, so they do not depend on the thread count.
+  const int threads = kernel_path && o.device == "cuda"
+                          ? 1
+                          : static_cast<int>(std::max<int64_t>(
+                                1, o.threads > 0 ? o.threads : std::thread::hardware_concurrency()));
+  std::atomic<std::size_t> next{0}, done{0};
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
+  std::mutex log_mutex;
+  auto worker = [&](int k) {
+    try {
+      for (std::size_t c0; (c0 = next.fetch_add(chunk)) < windows.size();) {
+        run_chunk(c0);
+        const std::size_t d = done += std::min(chunk, windows.size() - c0);
+        std::lock_guard<std::mutex> lock(log_mutex);
+        spdlog::info("end to end: {}/{} windows done", d, windows.size());
+      }
+    } catch (...) {
+      errors[static_cast<std::size_t>(k)] = std::current_exception();
+      next = windows.size();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int k = 1; k < threads; ++k) pool.emplace_back(worker, k);
+  worker(0);
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  out.paired = compare_paired(out.original, out.converted, o.confidence);
+  out.ran = true;
+  out.windows = out.paired.windows;
+  out.predicted = out.paired.tokens;
+  out.original_bits_per_byte = out.paired.base_bits;
+  out.converted_bits_per_byte = out.paired.test_bits;
+  out.loss_pass = o.max_loss_increase.passes(out.paired);
 }
 
 }  // namespace
@@ -357,15 +482,20 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     const LayerContext L = load_layer(orig, o.converted, tp, layer, nullptr);
     std::vector<MatrixR> ref;
     for (const auto& hb : h) ref.push_back(model::attention_naive(cfg, L.original, hb, 0).bottomRows(o.decode));
-    ConvertedOutputs conv = run_converted(L, h, o.prefill, o.decode, *backend, o.page_size, o.seed);
+    // Without PD separation the prompt goes through TPLA too: every position is decoded, and
+    // the last T rows (the same positions) are compared.
+    const int64_t p_run = o.pd_separation ? o.prefill : 0;
+    ConvertedOutputs conv = run_converted(L, h, p_run, n_tok - p_run, *backend, o.page_size, o.seed);
     model::ErrorMetrics devices_vs_sequential;
     if (runner) {
       std::vector<MatrixR> multi =
-          o.dcp ? runner->decode_layer_dcp(layer, L.cfg, L.ranks.at(0), h, o.prefill, o.decode, o.page_size, o.seed)
-                : runner->decode_layer(layer, L.cfg, L.ranks, h, o.prefill, o.decode, o.page_size, o.seed);
+          o.dcp ? runner->decode_layer_dcp(layer, L.cfg, L.ranks.at(0), h, p_run, n_tok - p_run, o.page_size, o.seed)
+                : runner->decode_layer(layer, L.cfg, L.ranks, h, p_run, n_tok - p_run, o.page_size, o.seed);
       devices_vs_sequential = model::compare(flatten(multi), flatten(conv.kernel));
       conv.kernel = std::move(multi);
     }
+    for (auto* side : {&conv.kernel, &conv.f64})
+      for (auto& m : *side) m = MatrixR(m.bottomRows(o.decode));
     LayerReport lr;
     lr.layer = layer;
     lr.devices_ran = runner != nullptr;
@@ -387,46 +517,8 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   }
 
   if (o.perplexity) {
-    // End to end on a dense model: prefill exact, decode through the converted TPLA path
-    // (kernels), every other tensor from the original (Megatron sharding of MLP/norms is exact).
-    const model::DenseModel m = model::load_dense_model(
-        cfg, [&](const std::string& n) { return orig.load_matrix(n); },
-        orig.config_json().value("tie_word_embeddings", false));
-    std::vector<std::vector<int32_t>> tok(o.sequences);
-    std::vector<MatrixR> x(o.sequences);
-    for (int64_t b = 0; b < o.sequences; ++b) {
-      tok[b] = cap.tokens(o.capture_group, b);
-      tok[b].resize(n_tok);  // sequence lengths were checked by the per-layer reads
-      x[b].resize(n_tok, cfg.hidden_size);
-      for (int64_t t = 0; t < n_tok; ++t) x[b].row(t) = m.embed_tokens.row(tok[b][t]);
-    }
-    for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-      const auto& lw = m.layers[i];
-      std::vector<MatrixR> h(o.sequences);
-      for (int64_t b = 0; b < o.sequences; ++b) h[b] = model::rmsnorm(x[b], lw.input_layernorm, cfg.rms_norm_eps);
-      const LayerContext L = load_layer(orig, o.converted, tp, i, &lw.attn);
-      const ConvertedOutputs conv = run_converted(L, h, o.prefill, o.decode, *backend, o.page_size, o.seed);
-      for (int64_t b = 0; b < o.sequences; ++b) {
-        MatrixR attn = model::attention_naive(cfg, lw.attn, h[b], 0);
-        attn.bottomRows(o.decode) = conv.kernel[b];
-        x[b] += attn;
-        x[b] += model::swiglu_mlp(lw, model::rmsnorm(x[b], lw.post_attention_layernorm, cfg.rms_norm_eps));
-      }
-      spdlog::info("perplexity: layer {}/{} done", i + 1, cfg.num_hidden_layers);
-    }
-    double nll_orig = 0, nll_conv = 0;
-    int64_t n_orig = 0, n_conv = 0;
-    for (int64_t b = 0; b < o.sequences; ++b) {
-      const MatrixR logits_orig = model::dense_forward(m, tok[b]);
-      nll_orig += nll_rows(logits_orig, tok[b], o.prefill, n_tok, &n_orig);
-      const MatrixR logits_conv = model::rmsnorm(x[b], m.final_norm, cfg.rms_norm_eps) * m.lm_head.transpose();
-      nll_conv += nll_rows(logits_conv, tok[b], o.prefill, n_tok, &n_conv);
-    }
-    rep.perplexity.ran = true;
-    rep.perplexity.windows = o.sequences;
-    rep.perplexity.predicted = n_conv;
-    rep.perplexity.original_bits_per_byte = bits_per_byte(nll_orig, n_orig);
-    rep.perplexity.converted_bits_per_byte = bits_per_byte(nll_conv, n_conv);
+    run_end_to_end(o, orig, tp, end_to_end_windows(o, cap, n_tok), rep.perplexity);
+    rep.pass = rep.pass && rep.perplexity.loss_pass;
   }
   return rep;
 }
@@ -460,11 +552,27 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
                            {"devices_vs_sequential", l.devices_ran ? metrics(l.devices_vs_sequential) : nlohmann::json()},
                            {"worst", {{"sequence", l.worst_sequence}, {"token", l.worst_token}, {"rel_l2", l.worst_row_rel_l2}}},
                            {"pass", l.pass}});
-  if (perplexity.ran)
+  j["pd_separation"] = o.pd_separation;
+  if (perplexity.ran) {
     j["perplexity"] = {{"windows", perplexity.windows},
                        {"predicted_tokens", perplexity.predicted},
+                       {"scored_rows", {{"from", o.prefill}, {"to", o.prefill + o.decode - 2}}},
                        {"original_bits_per_byte", perplexity.original_bits_per_byte},
-                       {"converted_bits_per_byte", perplexity.converted_bits_per_byte}};
+                       {"converted_bits_per_byte", perplexity.converted_bits_per_byte},
+                       {"paired", paired_json(perplexity.paired)},
+                       {"loss_pass", perplexity.loss_pass}};
+    if (o.max_loss_increase.given)
+      j["perplexity"]["max_loss_increase_bits"] = o.max_loss_increase.bits(perplexity.paired.base_bits);
+    // Per-token NLL differences (converted - original, bits), one array per window.
+    nlohmann::json diffs = nlohmann::json::array();
+    for (std::size_t w = 0; w < perplexity.original.size(); ++w) {
+      std::vector<double> d(perplexity.original[w].nll.size());
+      for (std::size_t i = 0; i < d.size(); ++i)
+        d[i] = (perplexity.converted[w].nll[i] - perplexity.original[w].nll[i]) / std::log(2.0);
+      diffs.push_back(d);
+    }
+    j["perplexity"]["nll_difference_bits"] = std::move(diffs);
+  }
   j["pass"] = pass;
   return j;
 }
@@ -494,13 +602,29 @@ std::string VerifyReport::table(const VerifyOptions& o) const {
                 kv_kernel_tolerance(o.kv, o.kernel_rel_l2));
   s << buf;
   if (perplexity.ran) {
+    const PairedComparison& c = perplexity.paired;
     std::snprintf(buf, sizeof buf,
-                  "perplexity (%lld windows, %lld decoded tokens scored): original %.4f bits/byte, converted %.4f "
-                  "bits/byte (%+.4f)\n",
-                  static_cast<long long>(perplexity.windows), static_cast<long long>(perplexity.predicted),
-                  perplexity.original_bits_per_byte, perplexity.converted_bits_per_byte,
-                  perplexity.converted_bits_per_byte - perplexity.original_bits_per_byte);
+                  "end to end (%s; %lld windows, the same %lld tokens scored on both sides: positions %lld..%lld of "
+                  "each window):\n",
+                  o.pd_separation ? "PD separation: prefill exact" : "no PD separation: prompt through TPLA too",
+                  static_cast<long long>(c.windows), static_cast<long long>(c.tokens),
+                  static_cast<long long>(o.prefill + 1), static_cast<long long>(o.prefill + o.decode - 1));
     s << buf;
+    std::snprintf(buf, sizeof buf,
+                  "  original %.4f bits/byte, converted %.4f; difference %+.5f, %.0f%% CI [%+.5f, %+.5f] (paired t over "
+                  "windows; bootstrap [%+.5f, %+.5f]); CI width %.3f%% of the loss; %s\n",
+                  c.base_bits, c.test_bits, c.diff_bits, 100 * c.confidence, c.ci_lo, c.ci_hi, c.boot_lo, c.boot_hi,
+                  100 * c.relative_width(), c.excludes_zero() ? "the difference is real (CI excludes 0)"
+                                                              : "no difference shown (CI contains 0)");
+    s << buf;
+    std::snprintf(buf, sizeof buf, "  top-1 next-token agreement, original vs converted: %.4f (%lld of %lld)\n",
+                  c.top1_agreement(), static_cast<long long>(c.top1_agree), static_cast<long long>(c.tokens));
+    s << buf;
+    if (o.max_loss_increase.given) {
+      std::snprintf(buf, sizeof buf, "  max loss increase %.5f bits/byte: CI upper end %+.5f -> %s\n",
+                    o.max_loss_increase.bits(c.base_bits), c.ci_hi, perplexity.loss_pass ? "ok" : "FAIL");
+      s << buf;
+    }
   }
   if (!devices.empty()) {
     double worst = 0.0;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "model/metrics.hpp"
+#include "verify/paired_stats.hpp"
 
 namespace mla::verify {
 
@@ -47,6 +48,20 @@ struct VerifyOptions {
   double max_cos_diff = 1e-3;
   double kernel_rel_l2 = 8e-3;     // kernel-vs-f64-path bound (SPEC 5, BF16 kernels)
   bool perplexity = false;         // end-to-end mode (dense models only)
+  // End to end: windows of prefill + decode tokens scored on both sides (rows P .. P+T-2 of
+  // each window's logits, i.e. next-token predictions of tokens P+1 .. P+T-1, the positions the
+  // converted side decodes). 0: --sequences windows of the capture group; with perplexity_text,
+  // windows spread evenly over that byte file instead (the capture is then not read for them).
+  int64_t perplexity_windows = 0;
+  std::filesystem::path perplexity_text;
+  int64_t perplexity_chunk = 8;    // windows per worker at once
+  // f64: the float64 TPLA path (the conversion's own effect, device-independent, fast on a
+  // CPU); kernel: the decode kernels (or their twins) token by token, bf16 cache included.
+  std::string perplexity_path = "f64";
+  int64_t threads = 0;             // end-to-end worker threads on the CPU; 0: all cores
+  bool pd_separation = true;       // false: the prompt is also computed by TPLA (no exact prefill)
+  double confidence = 0.95;
+  LossThreshold max_loss_increase; // exit 2 when the interval's upper end exceeds it
   bool skip_manifest_check = false;
 };
 
@@ -71,6 +86,9 @@ struct PerplexityReport {
   int64_t predicted = 0;   // tokens scored (decode positions)
   double original_bits_per_byte = 0.0;
   double converted_bits_per_byte = 0.0;
+  PairedComparison paired;              // same tokens both sides: difference and its interval
+  std::vector<TokenScores> original, converted;  // per window (kept for the JSON)
+  bool loss_pass = true;
 };
 
 struct VerifyReport {

@@ -28,3 +28,16 @@ string(JSON pass GET "${j}" pass)
 if(NOT pass)
   message(FATAL_ERROR "tp1.json says pass=${pass}")
 endif()
+# End to end: the paired interval is written to the JSON, and --max-loss-increase sets the exit
+# code (a latent-sliced conversion cannot show an increase of at most 0 bits; 100 bits it can).
+run(2 ${V} --converted ${WORK}/tp2 --max-rel-l2 1 --max-cos-diff 1 --perplexity --max-loss-increase 0)
+run(0 ${V} --converted ${WORK}/tp2 --max-rel-l2 1 --max-cos-diff 1 --perplexity --max-loss-increase 100
+      --json ${WORK}/e2e.json)
+file(READ ${WORK}/e2e.json j)
+string(JSON lo GET "${j}" perplexity paired interval lo)
+string(JSON hi GET "${j}" perplexity paired interval hi)
+string(JSON agree GET "${j}" perplexity paired top1_agreement)
+if(NOT lo LESS_EQUAL hi OR agree GREATER 1)
+  message(FATAL_ERROR "e2e.json: interval [${lo}, ${hi}], top-1 agreement ${agree}")
+endif()
+run(1 ${V} --converted ${WORK}/tp2 --perplexity --max-loss-increase abc)

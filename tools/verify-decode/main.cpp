@@ -55,7 +55,28 @@ int main(int argc, char** argv) {
   app.add_option("--max-rel-l2", o.max_rel_l2, "Fail when converted-vs-original relative L2 exceeds this")->capture_default_str();
   app.add_option("--max-cos-diff", o.max_cos_diff, "Fail when converted-vs-original 1-cos exceeds this")->capture_default_str();
   app.add_option("--kernel-rel-l2", o.kernel_rel_l2, "Fail when kernel-vs-float64-path relative L2 exceeds this")->capture_default_str();
-  app.add_flag("--perplexity", o.perplexity, "Also run end to end (dense models): bits/byte of original vs converted");
+  app.add_flag("--perplexity", o.perplexity,
+               "Also run end to end (dense models): the same tokens scored by original and converted, per-token loss "
+               "differences, their paired 95% interval (Student t over windows) and top-1 agreement");
+  app.add_option("--perplexity-windows", o.perplexity_windows,
+                 "End-to-end windows of prefill + decode tokens (default: --sequences from the capture, 512 "
+                 "with --perplexity-text)")->check(CLI::NonNegativeNumber);
+  app.add_option("--perplexity-text", o.perplexity_text,
+                 "Byte file to take the end-to-end windows from, spread evenly (default: the capture group)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--perplexity-path", o.perplexity_path,
+                 "End-to-end TPLA path: f64 (float64, all positions at once; the conversion's own effect) or kernel "
+                 "(decode kernels / CPU twins token by token, bf16 cache)")
+      ->check(CLI::IsMember({"f64", "kernel"}))->capture_default_str();
+  app.add_option("--threads", o.threads, "End-to-end worker threads on the CPU (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-pd-separation", o.pd_separation,
+               "Prompt tokens also go through TPLA (default: PD separation, prefill exact)");
+  app.add_option("--confidence", o.confidence, "Confidence level of the end-to-end interval")
+      ->check(CLI::Range(0.5, 0.9999))->capture_default_str();
+  std::string max_loss;
+  app.add_option("--max-loss-increase", max_loss,
+                 "With --perplexity: exit 2 unless the interval's upper end is at or below this increase, in bits "
+                 "per token (0.01) or percent of the original loss (0.5%)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (!layers.empty()) {
@@ -69,6 +90,7 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (!max_loss.empty()) o.max_loss_increase = mla::verify::LossThreshold::parse(max_loss);
     const auto rep = mla::verify::verify_decode(o);
     std::cout << rep.table(o);
     mla::cli::write_json_output(common.json_path, rep.to_json(o).dump(2));
