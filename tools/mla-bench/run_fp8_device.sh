@@ -32,7 +32,7 @@ mkdir -p $W
 V="$BIN/verify-decode -q --original $M --activations $W/cap.h5 --prefill 48 --decode 16 --sequences 4 --converted $W/tp1"
 timeout 60 $V --device cuda --kv fp8 --json "$OUT/vd_tp1_fp8_cuda.json" 2>&1 | tee "$OUT/vd_tp1_fp8_cuda.log"
 echo "verify-decode --kv fp8 --device cuda rc=${PIPESTATUS[0]} ($(date +%T))"
-timeout 60 $V --device cuda --kv fp8 --perplexity 2>&1 | tail -4 | tee "$OUT/vd_tp1_fp8_cuda_ppl.log"
+timeout 60 $V --device cuda --kv fp8 --perplexity --perplexity-path kernel 2>&1 | tail -4 | tee "$OUT/vd_tp1_fp8_cuda_ppl.log"
 export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 timeout 240 python3 tools/mla-bench/peer_fp8.py --lib "$BIN/libmla_fp8_capi.so" --json "$OUT/peer_fp8.json" 2>&1 |
   tee "$OUT/peer_fp8.log"
