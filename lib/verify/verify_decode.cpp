@@ -303,7 +303,8 @@ std::vector<std::vector<int32_t>> end_to_end_windows(const VerifyOptions& o, con
 // exact). Without PD separation every position, prompt included, goes through TPLA. Both sides
 // score the same rows P .. P+T-2 (next-token predictions of tokens P+1 .. P+T-1).
 void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
-                    const std::vector<std::vector<int32_t>>& windows, PerplexityReport& out) {
+                    const std::vector<std::vector<int32_t>>& windows, PerplexityReport& out,
+                    MultiDeviceRunner* runner) {
   const MlaConfig& cfg = orig.config();
   const model::DenseModel m = model::load_dense_model(
       cfg, [&](const std::string& n) { return orig.load_matrix(n); },
@@ -316,6 +317,8 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
   const bool kernel_path = o.perplexity_path == "kernel";
   if (!kernel_path && o.perplexity_path != "f64")
     throw InputError("--perplexity-path must be f64 or kernel, got '" + o.perplexity_path + "'");
+  if (runner && !kernel_path)
+    spdlog::warn("--devices: the end-to-end comparison runs on the ranks' devices only with --perplexity-path kernel");
   const auto chunk = static_cast<std::size_t>(std::max<int64_t>(1, o.perplexity_chunk));
   out.original.assign(windows.size(), {});
   out.converted.assign(windows.size(), {});
@@ -338,6 +341,19 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
       ConvertedOutputs conv;
       if (kernel_path) {
         conv = run_converted(L, h, p_run, n_tok - p_run, *backend, o.page_size, o.seed, /*want_f64=*/false);
+        if (runner) {
+          // The ranks on their devices stand for the kernel path; they must equal it.
+          std::vector<MatrixR> multi =
+              o.dcp ? runner->decode_layer_dcp(i, L.cfg, L.ranks.at(0), h, p_run, n_tok - p_run, o.page_size, o.seed)
+                    : runner->decode_layer(i, L.cfg, L.ranks, h, p_run, n_tok - p_run, o.page_size, o.seed);
+          const double rel = model::compare(flatten(multi), flatten(conv.kernel)).rel_l2;
+          const double tol = o.dcp ? o.kernel_rel_l2 : kDevicesRelTolerance;
+          if (!(rel <= tol))
+            throw VerificationError("end to end, layer " + std::to_string(i) + ": " + runner->name() +
+                                    " differ from the one-device decode by rel_l2 " + std::to_string(rel) +
+                                    " (tolerance " + std::to_string(tol) + ")");
+          conv.kernel = std::move(multi);
+        }
       } else {
         const TplaLayerView view{&L.cfg, &L.ranks, &L.group_of, L.g, L.exact_norm};
         for (int64_t b = 0; b < B; ++b) conv.kernel.push_back(tpla_attention_f64(view, h[b], p_run));
@@ -358,9 +374,10 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
       out.converted[c0 + b] = score_tokens(logits_conv, tok, o.prefill, n_tok);
     }
   };
-  // Chunks on worker threads (CPU only; the CUDA backend is driven from one thread). Results
+  // Chunks on worker threads (CPU only; the CUDA backend and the multi-device runner, which
+  // runs one layer at a time, are driven from one thread). Results
   // land at their window's index, so they do not depend on the thread count.
-  const int threads = kernel_path && o.device == "cuda"
+  const int threads = kernel_path && (o.device == "cuda" || runner)
                           ? 1
                           : static_cast<int>(std::max<int64_t>(
                                 1, o.threads > 0 ? o.threads : std::thread::hardware_concurrency()));
@@ -517,7 +534,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   }
 
   if (o.perplexity) {
-    run_end_to_end(o, orig, tp, end_to_end_windows(o, cap, n_tok), rep.perplexity);
+    run_end_to_end(o, orig, tp, end_to_end_windows(o, cap, n_tok), rep.perplexity, runner.get());
     rep.pass = rep.pass && rep.perplexity.loss_pass;
   }
   return rep;

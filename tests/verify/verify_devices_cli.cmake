@@ -30,6 +30,9 @@ string(JSON rel GET "${j}" layers 0 devices_vs_sequential rel_l2)
 if(NOT rel GREATER 0 OR NOT rel LESS 8e-3)
   message(FATAL_ERROR "dcp.json: DCP vs one device rel_l2 ${rel} (expected in (0, 8e-3))")
 endif()
+# End to end through the kernel path (twin): every layer's ranks checked against the sequential sum.
+run(0 ${V} --converted ${WORK}/tp2 --devices 2 --perplexity --perplexity-path kernel)
+run(0 ${V} --converted ${WORK}/tp1 --devices 2 --dcp --perplexity --perplexity-path kernel)
 run(1 ${V} --converted ${WORK}/tp2 --devices 3)              # one rank per device
 run(1 ${V} --converted ${WORK}/tp2 --devices 2 --dcp)        # DCP needs a tp = 1 conversion
 run(1 ${V} --converted ${WORK}/tp1 --dcp)                    # DCP needs --devices
