@@ -1,7 +1,8 @@
 // A C entry point to the BF16 decode launcher, for peer benchmarks driven from Python (ctypes,
 // tools/mla-bench/peer_flashmla.py): FlashMLA and this kernel then run in one process, on the
 // same device tensors (queries, cache, page table, lengths) and the same stream, interleaved.
-// Not a product interface: the C++ API is kernels/mla_decode.hpp.
+// Also the one ABI behind the Python package python/mla_toolchain (ctypes; docs/python.md): keep
+// these signatures stable, add new entry points beside them. The C++ API is kernels/mla_decode.hpp.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -66,6 +67,25 @@ int mla_decode_capi_run(const void* q, const void* kv_cache, const int32_t* page
     p.workspace = workspace;
     p.workspace_bytes = workspace_bytes;
     mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+    return 1;
+  }
+}
+
+// The CPU twin (quant::decode_twin_bf16) on host buffers with the same arguments as
+// mla_decode_capi_run (num_parts as the GPU used, so the split points match): the reference the
+// Python package's device check compares against. 0 on success, else 1 with the message in err.
+int mla_decode_capi_twin(const void* q, const void* kv_cache, const int32_t* page_table, const int32_t* seqlens,
+                         void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
+                         int page_size, int max_pages, float scale, int variant, int num_parts, char* err,
+                         size_t err_len) {
+  try {
+    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
+                         max_pages, scale, variant);
+    p.num_parts = num_parts;
+    mla::quant::decode_twin_bf16(p);
     return 0;
   } catch (const std::exception& e) {
     set_error(err, err_len, e.what());

@@ -1,0 +1,64 @@
+"""The shared libraries behind the package, loaded through ctypes.
+
+Each library exposes C entry points to a launcher of kernels/ (tools/mla-bench/*_capi.cpp). A
+library is looked up in MLA_TOOLCHAIN_LIB_DIR when that is set, else next to this file (where the
+CMake target mla_toolchain_python stages it), and loaded on first use. Other kernels' entry points
+are added as another `_Library` with its own binder.
+"""
+import ctypes
+import os
+import pathlib
+import threading
+
+_I, _F, _P, _S = ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_size_t
+
+
+def library_dir():
+    env = os.environ.get("MLA_TOOLCHAIN_LIB_DIR")
+    return pathlib.Path(env) if env else pathlib.Path(__file__).resolve().parent
+
+
+class _Library:
+    def __init__(self, file_name, bind):
+        self.file_name, self._bind, self._cdll = file_name, bind, None
+        self._lock = threading.Lock()
+
+    def get(self):
+        with self._lock:
+            if self._cdll is None:
+                path = library_dir() / self.file_name
+                if not path.is_file():
+                    raise ImportError(
+                        f"mla_toolchain: {path} not found. Build it with CMake (-DMLA_ENABLE_CUDA=ON, target "
+                        f"mla_toolchain_python, which stages it in <build>/python/mla_toolchain), or set "
+                        f"MLA_TOOLCHAIN_LIB_DIR to the folder that holds {self.file_name}")
+                cdll = ctypes.CDLL(str(path))
+                self._bind(cdll)
+                self._cdll = cdll
+            return self._cdll
+
+
+def _bind_decode(lib):
+    # int mla_decode_capi_parts(batch, s_q, heads, d_c, d_r, variant, size_t* workspace_bytes)
+    lib.mla_decode_capi_parts.restype = _I
+    lib.mla_decode_capi_parts.argtypes = [_I] * 6 + [ctypes.POINTER(_S)]
+    # int mla_decode_capi_run(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r,
+    #     num_pages, page_size, max_pages, scale, variant, num_parts, workspace, workspace_bytes, stream,
+    #     err, err_len)
+    lib.mla_decode_capi_run.restype = _I
+    lib.mla_decode_capi_run.argtypes = ([_P] * 6 + [_I] * 8 + [_F, _I, _I, _P, _S, _P, ctypes.c_char_p, _S])
+    # int mla_decode_capi_twin(same as run without workspace and stream): the CPU twin on host buffers
+    lib.mla_decode_capi_twin.restype = _I
+    lib.mla_decode_capi_twin.argtypes = ([_P] * 6 + [_I] * 8 + [_F, _I, _I, ctypes.c_char_p, _S])
+
+
+# The BF16 decode launcher (kernels/mla_decode.hpp) and its CPU twin.
+decode = _Library("libmla_decode_capi.so", _bind_decode)
+
+ERR_LEN = 2048
+
+
+def check(rc, err, what):
+    """Raises the C++ error's message (a bad shape names the field) when rc != 0."""
+    if rc != 0:
+        raise RuntimeError(f"{what}: {err.value.decode(errors='replace')}")
