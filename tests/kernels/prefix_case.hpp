@@ -228,33 +228,48 @@ inline PrefixReference reference_prefix_decode(const PrefixCase& c) {
   const int dim = c.dim(), per_head = c.d_n + c.d_v;
   r.out.assign(static_cast<size_t>(c.rows()) * c.heads * c.d_v, 0.0);
   r.lse.assign(static_cast<size_t>(c.rows()) * c.heads, -std::numeric_limits<double>::infinity());
-  for (int b = 0; b < c.batch; ++b) {
-    // Keys of request b: prefix rows then own rows.
-    std::vector<const uint16_t*> rows;
-    for (int j = 0; j < c.prefix_len; ++j) rows.push_back(c.prefix_rows.data() + size_t(j) * dim);
-    for (int j = 0; j < c.own_len[b]; ++j) rows.push_back(c.own_rows[b].data() + size_t(j) * dim);
-    for (int h = 0; h < c.heads; ++h) {
-      const size_t n_keys = rows.size();
-      std::vector<double> kn(n_keys * c.d_n), vv(n_keys * c.d_v);
-      for (size_t j = 0; j < n_keys; ++j)
-        for (int n = 0; n < per_head; ++n) {
-          double s = 0;
-          const uint16_t* w = c.kv_b.data() + (static_cast<size_t>(h) * per_head + n) * c.d_c;
-          for (int i = 0; i < c.d_c; ++i) s += double(bf16_to_float(w[i])) * bf16_to_float(rows[j][i]);
-          if (n < c.d_n) kn[j * c.d_n + n] = s;
-          else vv[j * c.d_v + n - c.d_n] = s;
-        }
+  // k_nope and v of n latent rows for head h, exactly.
+  auto expand = [&](const uint16_t* rows, int n, int h, std::vector<double>& kn, std::vector<double>& vv) {
+    kn.assign(static_cast<size_t>(n) * c.d_n, 0.0);
+    vv.assign(static_cast<size_t>(n) * c.d_v, 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int o = 0; o < per_head; ++o) {
+        double s = 0;
+        const uint16_t* w = c.kv_b.data() + (static_cast<size_t>(h) * per_head + o) * c.d_c;
+        const uint16_t* x = rows + static_cast<size_t>(j) * dim;
+        for (int i = 0; i < c.d_c; ++i) s += double(bf16_to_float(w[i])) * bf16_to_float(x[i]);
+        if (o < c.d_n) kn[size_t(j) * c.d_n + o] = s;
+        else vv[size_t(j) * c.d_v + o - c.d_n] = s;
+      }
+  };
+  for (int h = 0; h < c.heads; ++h) {
+    std::vector<double> pk, pv, ok, ov;
+    expand(c.prefix_rows.data(), c.prefix_len, h, pk, pv);
+    for (int b = 0; b < c.batch; ++b) {
+      expand(c.own_rows[b].data(), c.own_len[b], h, ok, ov);
       for (int t = 0; t < c.s_q; ++t) {
         const int row = b * c.s_q + t;
-        const int keys = c.prefix_len + c.own_len[b] - (c.s_q - 1 - t);
-        const int visible = std::max(c.prefix_len, keys);  // the prefix is always visible
+        // The prefix is always visible; own token j when j < own_len - (s_q - 1 - t).
+        const int own_visible = std::max(0, c.own_len[b] - (c.s_q - 1 - t));
+        const int visible = c.prefix_len + own_visible;
         const uint16_t* q = c.q_naive.data() + (static_cast<size_t>(row) * c.heads + h) * c.dqk();
+        auto key_row = [&](int j) {
+          return j < c.prefix_len ? c.prefix_rows.data() + size_t(j) * dim
+                                  : c.own_rows[b].data() + size_t(j - c.prefix_len) * dim;
+        };
+        auto kn = [&](int j, int n) {
+          return j < c.prefix_len ? pk[size_t(j) * c.d_n + n] : ok[size_t(j - c.prefix_len) * c.d_n + n];
+        };
+        auto vv = [&](int j, int n) {
+          return j < c.prefix_len ? pv[size_t(j) * c.d_v + n] : ov[size_t(j - c.prefix_len) * c.d_v + n];
+        };
         std::vector<double> s(visible);
         double m = -std::numeric_limits<double>::infinity();
         for (int j = 0; j < visible; ++j) {
           double d = 0;
-          for (int n = 0; n < c.d_n; ++n) d += double(bf16_to_float(q[n])) * kn[size_t(j) * c.d_n + n];
-          for (int i = 0; i < c.d_r; ++i) d += double(bf16_to_float(q[c.d_n + i])) * bf16_to_float(rows[j][c.d_c + i]);
+          for (int n = 0; n < c.d_n; ++n) d += double(bf16_to_float(q[n])) * kn(j, n);
+          const uint16_t* kr = key_row(j);
+          for (int i = 0; i < c.d_r; ++i) d += double(bf16_to_float(q[c.d_n + i])) * bf16_to_float(kr[c.d_c + i]);
           s[j] = c.scale * d;
           m = std::max(m, s[j]);
         }
@@ -263,7 +278,7 @@ inline PrefixReference reference_prefix_decode(const PrefixCase& c) {
         double* o = r.out.data() + (static_cast<size_t>(row) * c.heads + h) * c.d_v;
         for (int j = 0; j < visible; ++j) {
           const double p = std::exp(s[j] - m) / sum;
-          for (int n = 0; n < c.d_v; ++n) o[n] += p * vv[size_t(j) * c.d_v + n];
+          for (int n = 0; n < c.d_v; ++n) o[n] += p * vv(j, n);
         }
         r.lse[static_cast<size_t>(row) * c.heads + h] = m + std::log(sum);
       }

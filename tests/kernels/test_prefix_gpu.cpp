@@ -1,0 +1,200 @@
+// GPU tests of the shared-prefix kernels (label gpu; skipped without a device): decompress,
+// prefix attention and the mixed step against their CPU twins and the float64 reference, on
+// paged layouts with the prefix ending mid-page, several row blocks, MTP and the fallback.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "core/error.hpp"
+#include "kernels/mla_decode.hpp"
+#include "kernels/prefix_attention.hpp"
+#include "model/metrics.hpp"
+#include "prefix_case.hpp"
+
+namespace mla::test {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
+  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
+    EXPECT_EQ(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<T> down() const {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+};
+
+// The case on the device; the mixed step's parameters point at device buffers.
+struct DeviceCase {
+  PrefixCase& c;
+  Dev<uint16_t> cache, kv_b, q_naive, q_abs, k, v, o_lat, out;
+  Dev<int32_t> prefix_table, own_table, full_table, own_len, full_len;
+  Dev<float> lse_lat, lse;
+  explicit DeviceCase(PrefixCase& pc)
+      : c(pc), cache(pc.cache), kv_b(pc.kv_b), q_naive(pc.q_naive), q_abs(pc.q_abs), k(pc.k), v(pc.v),
+        o_lat(pc.o_lat), out(pc.out), prefix_table(pc.prefix_table), own_table(pc.own_table),
+        full_table(pc.full_table), own_len(pc.own_len), full_len(pc.full_len), lse_lat(pc.lse_lat), lse(pc.lse) {}
+  quant::PrefixDecompressParams decompress() {
+    auto p = c.decompress_params();
+    p.kv_cache = cache.p;
+    p.page_table = prefix_table.p;
+    p.kv_b = kv_b.p;
+    p.k = k.p;
+    p.v = v.p;
+    return p;
+  }
+  quant::MixedDecodeParams mixed(double b_theta, int splits, Dev<char>& ws_suffix, Dev<char>& ws_full,
+                                 Dev<char>& ws_prefix) {
+    auto p = c.mixed_params(b_theta, splits);
+    for (auto* d : {&p.suffix, &p.full}) {
+      d->q = q_abs.p;
+      d->kv_cache = cache.p;
+      d->out = o_lat.p;
+      d->lse = lse_lat.p;
+    }
+    p.suffix.page_table = own_table.p;
+    p.suffix.seqlens = own_len.p;
+    p.full.page_table = full_table.p;
+    p.full.seqlens = full_len.p;
+    p.suffix.workspace = ws_suffix.p;
+    p.suffix.workspace_bytes = ws_suffix.n;
+    p.full.workspace = ws_full.p;
+    p.full.workspace_bytes = ws_full.n;
+    p.q_naive = q_naive.p;
+    p.prefix_k = k.p;
+    p.prefix_v = v.p;
+    p.kv_b = kv_b.p;
+    p.out = out.p;
+    p.lse = lse.p;
+    p.prefix_workspace = ws_prefix.p;
+    p.prefix_workspace_bytes = ws_prefix.n;
+    return p;
+  }
+};
+
+size_t ulp_mismatches(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, size_t* beyond_one) {
+  size_t n = 0;
+  *beyond_one = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      ++n;
+      if (std::abs(int(a[i]) - int(b[i])) > 1) ++*beyond_one;
+    }
+  return n;
+}
+
+// Decompress on both sides, then the mixed step (or the fallback) on the GPU vs the twin and
+// vs float64.
+void run_gpu_case(PrefixCase c, double b_theta, int splits) {
+  DeviceCase d(c);
+  kernels::prefix_decompress_bf16(d.decompress(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  quant::prefix_decompress_twin_bf16(c.decompress_params());
+  size_t k_far = 0, v_far = 0;
+  const size_t k_diff = ulp_mismatches(d.k.down(), c.k, &k_far), v_diff = ulp_mismatches(d.v.down(), c.v, &v_far);
+  // fp32 sums in another order may flip a bf16 rounding, never by more than one ulp.
+  EXPECT_EQ(k_far, 0u) << k_diff << " K elements differ";
+  EXPECT_EQ(v_far, 0u) << v_diff << " V elements differ";
+  EXPECT_LT(k_diff + v_diff, (c.k.size() + c.v.size()) / 100 + 1);
+
+  // The twin runs on the GPU's K/V so that both attend to the same prefix.
+  c.k = d.k.down();
+  c.v = d.v.down();
+  Dev<char> ws_suffix(kernels::decode_workspace_bytes_for(c.decode_params(false)));
+  Dev<char> ws_full(kernels::decode_workspace_bytes_for(c.decode_params(true)));
+  quant::MixedDecodeParams probe = c.mixed_params(b_theta, splits);
+  Dev<char> ws_prefix(std::max<size_t>(1, kernels::mixed_prefix_workspace_bytes(probe)));
+  quant::MixedDecodeParams gp = d.mixed(b_theta, splits, ws_suffix, ws_full, ws_prefix);
+  const int used_splits = quant::mixed_uses_prefix(gp) ? kernels::mixed_prefix_splits(gp) : 0;
+  kernels::mixed_decode_bf16(gp, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint16_t> gpu_out = d.out.down();
+  const std::vector<float> gpu_lse = d.lse.down();
+
+  quant::mixed_decode_twin_bf16(c.mixed_params(b_theta, used_splits > 0 ? used_splits : splits));
+  const auto vs_twin = model::compare(bf16_to_doubles(gpu_out), bf16_to_doubles(c.out));
+  SCOPED_TRACE("gpu vs twin: " + vs_twin.summary());
+  EXPECT_TRUE(vs_twin.nonfinite_match);
+  EXPECT_LT(vs_twin.rel_l2, kPrefixTwinRelL2Tol);
+  double lse_twin = 0;
+  for (size_t i = 0; i < gpu_lse.size(); ++i) {
+    if (std::isinf(c.lse[i])) {
+      EXPECT_EQ(gpu_lse[i], c.lse[i]) << "lse[" << i << "]";
+      continue;
+    }
+    lse_twin = std::max(lse_twin, double(std::abs(gpu_lse[i] - c.lse[i])));
+  }
+  EXPECT_LT(lse_twin, kPrefixTwinLseAbsTol);
+
+  const PrefixReference ref = reference_prefix_decode(c);
+  const auto vs_ref = model::compare(bf16_to_doubles(gpu_out), ref.out);
+  SCOPED_TRACE("gpu vs float64: " + vs_ref.summary());
+  EXPECT_LT(vs_ref.rel_l2, kPrefixRelL2Tol);
+  EXPECT_LT(vs_ref.cos_diff, kPrefixCosDiffTol);
+}
+
+std::vector<int32_t> random_lengths(int n, int lo, int hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = lo + static_cast<int>(rng() % (hi - lo + 1));
+  return v;
+}
+
+TEST(PrefixGpu, KimiDimsTwoRowBlocksPrefixMidPage) {
+  REQUIRE_GPU();
+  // 150 rows: a full and a partial 128-row block; 300 = 4 pages of 64 + 44; own 0..20 tokens.
+  run_gpu_case(make_prefix_case(300, random_lengths(150, 0, 20, 1), 1, 4, true, 64, 21), 0.0, 3);
+}
+
+TEST(PrefixGpu, KimiDimsDefaultSplits) {
+  REQUIRE_GPU();
+  run_gpu_case(make_prefix_case(1000, random_lengths(20, 1, 40, 2), 1, 8, true, 128, 22), 0.0, 0);
+}
+
+TEST(PrefixGpu, TinyDimsMtp) {
+  REQUIRE_GPU();
+  run_gpu_case(make_prefix_case(129, random_lengths(70, 1, 70, 3), 2, 8, false, 128, 23), 0.0, 0);
+}
+
+TEST(PrefixGpu, PrefixOfOneTokenAndEmptySuffix) {
+  REQUIRE_GPU();
+  run_gpu_case(make_prefix_case(1, {0, 3, 64, 1}, 1, 8, false, 64, 24), 0.0, 0);
+}
+
+TEST(PrefixGpu, FallbackBelowThreshold) {
+  REQUIRE_GPU();
+  run_gpu_case(make_prefix_case(200, random_lengths(6, 1, 90, 4), 1, 16, true, 64, 25), 7.0, 0);
+}
+
+TEST(PrefixGpu, BadParamsThrowBeforeLaunch) {
+  REQUIRE_GPU();
+  PrefixCase c = make_prefix_case(10, {2}, 1, 2, false, 64, 26);
+  DeviceCase d(c);
+  auto p = d.decompress();
+  p.d_c = 100;
+  EXPECT_THROW(kernels::prefix_decompress_bf16(p, nullptr), InputError);
+  Dev<char> a(1), b(1), w(1);
+  auto m = d.mixed(0.0, 1, a, b, w);
+  m.prefix_workspace_bytes = 0;
+  EXPECT_THROW(kernels::mixed_decode_bf16(m, nullptr), InputError);
+}
+
+}  // namespace
+}  // namespace mla::test
