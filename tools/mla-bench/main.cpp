@@ -1,5 +1,6 @@
 // mla-bench --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 [--torch-baseline] [--json F]
 #include "bench.hpp"
+#include "prefix_bench.hpp"
 #include "tp_bench.hpp"
 #include "common/cli_common.hpp"
 
@@ -35,8 +36,26 @@ int main(int argc, char** argv) {
   app.add_option("--kv-budget-gib", tpo.kv_budget_gib, "--tp: per-GPU KV-cache budget of the capacity view");
   app.add_flag("--tp-one-gpu", tpo.one_gpu, "--tp on a one-GPU machine: time rank 0 of each mode alone (per-device work); "
                                             "the collectives' time is predicted, not measured");
+  mla::bench::PrefixOptions po;
+  bool prefix = false;
+  app.add_flag("--prefix", prefix, "Shared-prefix (TyphoonMLA) decode: mixed (naive prefix + absorbed own pages + W_UV "
+                                    "merge) vs absorb-only per --prefix-heads x --prefix-len x --prefix-batches, the "
+                                    "measured crossover batch beside the cost model's B_theta (d_c 512, d_r 64, d_n = "
+                                    "d_v = 128; --sq, --page, --runs apply)");
+  app.add_option("--prefix-heads", po.heads, "--prefix: head counts (default 64 128)");
+  app.add_option("--prefix-len", po.prefixes, "--prefix: shared prefix lengths (default 26472 4096)");
+  app.add_option("--prefix-batches", po.batches, "--prefix: batches timed in full (default 64 128 256 512 1024)");
+  app.add_option("--crossover-batches", po.crossover_batches, "--prefix: extra batches timed to locate the crossover");
+  app.add_option("--suffix", po.suffix, "--prefix: own tokens per request (default 512)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
+    if (prefix) {
+      po.s_q = o.s_q;
+      po.page = o.page;
+      if (app.count("--runs")) po.runs = o.runs;
+      mla::cli::write_json_output(common.json_path, mla::bench::run_prefix_bench(po));
+      return 0;
+    }
     if (app.count("--tp")) {
       tpo.batch = o.batch;
       tpo.page = o.page;

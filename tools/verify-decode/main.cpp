@@ -8,6 +8,7 @@
 
 #include "common/cli_common.hpp"
 #include "core/error.hpp"
+#include "verify/shared_prefix_verify.hpp"
 #include "verify/fp8_backend.hpp"
 #include "verify/verify_decode.hpp"
 
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-loss-increase", max_loss,
                  "With --perplexity: exit 2 unless the interval's upper end is at or below this increase, in bits "
                  "per token (0.01) or percent of the original loss (0.5%)");
+  int64_t shared_prefix = 0;
+  app.add_option("--shared-prefix", shared_prefix,
+                 "N: make the first N tokens of every sequence identical and decode through the mixed (TyphoonMLA) "
+                 "path: naive attention over the decompressed shared prefix + absorbed kernel over each sequence's "
+                 "own pages + LSE merge; errors vs the float64 original as above (tp = 1 conversions; N <= --prefill)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (!layers.empty()) {
@@ -91,6 +97,12 @@ int main(int argc, char** argv) {
       }
     }
     if (!max_loss.empty()) o.max_loss_increase = mla::verify::LossThreshold::parse(max_loss);
+    if (shared_prefix > 0) {
+      const auto sp = mla::verify::verify_shared_prefix(o, shared_prefix);
+      std::cout << sp.table(o);
+      mla::cli::write_json_output(common.json_path, sp.to_json(o).dump(2));
+      return sp.pass ? 0 : 2;
+    }
     const auto rep = mla::verify::verify_decode(o);
     std::cout << rep.table(o);
     mla::cli::write_json_output(common.json_path, rep.to_json(o).dump(2));
