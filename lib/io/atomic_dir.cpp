@@ -11,7 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <regex>
+
 #include "core/error.hpp"
+#include "io/resources.hpp"
 
 namespace mla::io {
 namespace fs = std::filesystem;
@@ -96,7 +102,83 @@ fs::path parent_of(const fs::path& p) {
   return parent.empty() ? fs::path(".") : parent;
 }
 
+// True when process `pid` exists (kill with signal 0 checks without signalling; EPERM means
+// it exists but belongs to another user).
+bool process_alive(long pid) {
+  if (pid <= 0) return true;  // not a PID we can judge: keep
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+uint64_t tree_bytes(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(p, ec))) {
+    const auto n = fs::file_size(p, ec);
+    return ec ? 0 : n;
+  }
+  uint64_t total = 0;
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  }
+  return total;
+}
+
+std::string regex_escape(const std::string& s) {
+  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
+  return std::regex_replace(s, special, R"(\$&)");
+}
+
+
 }  // namespace
+
+fs::path temporary_sibling(const fs::path& final_path, const char* tag) {
+  fs::path f = final_path;
+  if (f.filename().empty()) f = f.parent_path();
+  return hidden_sibling(parent_of(f), f.filename(), tag);
+}
+
+std::vector<StaleTemporary> remove_stale_temporaries(const fs::path& final_path) {
+  fs::path f = final_path;
+  if (f.filename().empty()) f = f.parent_path();
+  std::vector<StaleTemporary> found;
+  const fs::path parent = parent_of(f);
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec)) return found;
+  // .NAME.tmp-PID-..., .NAME.tmpPID (older file writers), .NAME.old-PID-...
+  const std::regex pattern("^\\." + regex_escape(f.filename().string()) + "\\.(tmp-?|old-)([0-9]+)(-.*)?$");
+  const bool final_exists = fs::exists(fs::symlink_status(f, ec));
+  for (auto it = fs::directory_iterator(parent, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(name, m, pattern)) continue;
+    StaleTemporary t;
+    t.path = it->path();
+    t.pid = std::stol(m[2].str().substr(0, 9));
+    if (process_alive(t.pid)) continue;  // a running writer's (or an unknown PID's) temporary
+    t.bytes = tree_bytes(t.path);
+    const bool old = m[1].str() == "old-";
+    if (old && !final_exists) {
+      t.note = "kept: it holds the previous " + f.string() + ", moved aside by a run that died before " +
+               "replacing it; rename it back to restore it";
+      spdlog::warn("{}: {} ({}) left by process {} (gone): {}", f.string(), t.path.string(), human_bytes(t.bytes),
+                   t.pid, t.note);
+      found.push_back(t);
+      continue;
+    }
+    std::error_code rec;
+    fs::remove_all(t.path, rec);
+    t.removed = !rec;
+    if (rec) t.note = "could not remove it: " + rec.message();
+    if (t.removed)
+      spdlog::warn("{}: removed stale temporary {} ({}) left by process {}, which no longer runs",
+                   f.string(), t.path.string(), human_bytes(t.bytes), t.pid);
+    else
+      spdlog::warn("{}: stale temporary {} ({}) left by process {}: {}", f.string(), t.path.string(),
+                   human_bytes(t.bytes), t.pid, t.note);
+    found.push_back(t);
+  }
+  return found;
+}
 
 AtomicDirectory::AtomicDirectory(fs::path final_path, bool overwrite, const std::vector<fs::path>& inputs)
     : final_(std::move(final_path)), overwrite_(overwrite) {
@@ -120,6 +202,7 @@ AtomicDirectory::AtomicDirectory(fs::path final_path, bool overwrite, const std:
   const fs::path parent = parent_of(final_);
   fs::create_directories(parent, ec);
   if (ec) throw Error(parent.string() + ": cannot create parent directory: " + ec.message());
+  remove_stale_temporaries(final_);  // a killed earlier run's space comes back first
   // Beside the destination, so commit() is a same-filesystem rename.
   tmp_ = hidden_sibling(parent, final_.filename(), ".tmp-");
   if (!fs::create_directory(tmp_, ec) || ec)

@@ -1,10 +1,34 @@
 #pragma once
 // An output directory written under a temporary name beside its destination and renamed
 // into place only by commit(): a crash or a failed check leaves nothing that looks complete.
+#include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace mla::io {
+
+// A temporary left beside `final_path` by a writer that died before renaming it into place:
+// ".NAME.tmp-PID-..." (directories of AtomicDirectory, files of h5::write_atomically; also the
+// older ".NAME.tmpPID") or ".NAME.old-PID-..." (a previous output moved aside by commit()).
+struct StaleTemporary {
+  std::filesystem::path path;
+  long pid = 0;
+  uint64_t bytes = 0;
+  bool removed = false;
+  std::string note;  // why it was kept, when it was
+};
+
+// Finds the temporaries of `final_path` whose writing process no longer exists and removes
+// them, logging each with its size (spdlog warn). Temporaries of a live process are left
+// alone (another run may be writing the same output). An ".old-" directory is removed only
+// when `final_path` exists (otherwise it is the only copy of the previous output: kept, and
+// the note says how to restore it). Called by AtomicDirectory and h5::write_atomically before
+// they create their own temporary, so a rerun after a kill reclaims the space.
+std::vector<StaleTemporary> remove_stale_temporaries(const std::filesystem::path& final_path);
+
+// ".NAME<tag>PID-COUNTER-RANDOM" beside `final_path`: unique per process and call.
+std::filesystem::path temporary_sibling(const std::filesystem::path& final_path, const char* tag);
 
 class AtomicDirectory {
  public:

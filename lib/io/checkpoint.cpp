@@ -67,6 +67,26 @@ float load_f32(const std::byte* p) {
 
 }  // namespace
 
+std::map<std::string, std::string> parse_weight_map(const nlohmann::json& index, const std::string& source) {
+  std::map<std::string, std::string> weight_map;
+  const auto wm = index.is_object() ? index.find("weight_map") : index.end();
+  if (!index.is_object() || wm == index.end() || !wm->is_object())
+    throw InputError(source + ": key 'weight_map' is missing or not an object");
+  for (const auto& [tensor, file] : wm->items()) {
+    if (!file.is_string())
+      throw InputError(source + ": weight_map['" + tensor + "'] has bad value " + file.dump() +
+                       ": expected a shard file name");
+    const std::string f = file.get<std::string>();
+    // A shard is a plain file beside the index: no paths that escape the directory.
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      throw InputError(source + ": weight_map['" + tensor + "'] has bad value '" + f +
+                       "': expected a file name in the checkpoint directory");
+    weight_map[tensor] = f;
+  }
+  if (weight_map.empty()) throw InputError(source + ": key 'weight_map' is empty");
+  return weight_map;
+}
+
 struct Checkpoint::Impl {
   fs::path dir;
   nlohmann::json config_json;
@@ -96,27 +116,13 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   if (!fs::exists(config_path)) throw InputError(config_path.string() + ": missing (a checkpoint needs config.json)");
   impl->config_json = read_json_file(config_path);
   impl->config = model::parse_mla_config(impl->config_json, config_path.string());
+  model::log_config_warnings(impl->config);
 
   const fs::path index_path = dir / kIndexFileName;
   const fs::path single_path = dir / kSingleFileName;
   std::map<std::string, std::string> weight_map;  // tensor -> shard file name
   if (fs::exists(index_path)) {
-    const nlohmann::json index = read_json_file(index_path);
-    const auto wm = index.find("weight_map");
-    if (!index.is_object() || wm == index.end() || !wm->is_object())
-      throw InputError(index_path.string() + ": key 'weight_map' is missing or not an object");
-    for (const auto& [tensor, file] : wm->items()) {
-      if (!file.is_string())
-        throw InputError(index_path.string() + ": weight_map['" + tensor + "'] has bad value " + file.dump() +
-                         ": expected a shard file name");
-      const std::string f = file.get<std::string>();
-      // A shard is a plain file beside the index: no paths that escape the directory.
-      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-        throw InputError(index_path.string() + ": weight_map['" + tensor + "'] has bad value '" + f +
-                         "': expected a file name in the checkpoint directory");
-      weight_map[tensor] = f;
-    }
-    if (weight_map.empty()) throw InputError(index_path.string() + ": key 'weight_map' is empty");
+    weight_map = parse_weight_map(read_json_file(index_path), index_path.string());
   } else if (fs::exists(single_path)) {
     // Single file: its own header is the map.
     auto file = SafetensorsFile::open(single_path);

@@ -18,6 +18,10 @@ namespace mla::io {
 
 constexpr int64_t kFp8BlockSize = 128;
 
+// The tensor -> shard file map of a model.safetensors.index.json (its `weight_map`), checked:
+// an object of non-empty plain file names (no '/', '.', '..'). `source` names the file in errors.
+std::map<std::string, std::string> parse_weight_map(const nlohmann::json& index, const std::string& source);
+
 class Checkpoint {
  public:
   static Checkpoint open(const std::filesystem::path& dir);

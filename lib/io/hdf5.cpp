@@ -1,5 +1,7 @@
 #include "io/hdf5.hpp"
 
+#include "io/atomic_dir.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -339,9 +341,8 @@ MLA_H5_INSTANTIATE(uint16_t)
 #undef MLA_H5_INSTANTIATE
 
 void write_atomically(const std::filesystem::path& path, const std::function<void(File&)>& fill) {
-  std::filesystem::path dir = path.parent_path();
-  if (dir.empty()) dir = ".";
-  const std::filesystem::path tmp = dir / ("." + path.filename().string() + ".tmp" + std::to_string(::getpid()));
+  remove_stale_temporaries(path);  // of earlier runs that were killed before the rename
+  const std::filesystem::path tmp = temporary_sibling(path, ".tmp-");
   try {
     {
       File file = File::create(tmp);

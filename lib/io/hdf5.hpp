@@ -162,7 +162,8 @@ class File {
   Group root_;
 };
 
-// Writes the HDF5 file `path` through a temporary file in the same folder (".<name>.tmp<pid>"):
+// Writes the HDF5 file `path` through a temporary file in the same folder (".<name>.tmp-<pid>-..."),
+// after removing the temporaries of `path` left by killed runs (io::remove_stale_temporaries):
 // `fill` writes into it, the file is flushed and closed, then renamed to `path`. If `fill`
 // throws, the temporary file is removed and the exception propagates: `path` is never partial.
 void write_atomically(const std::filesystem::path& path, const std::function<void(File&)>& fill);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mla::model {
 
@@ -42,6 +43,10 @@ struct MlaConfig {
   double rope_theta = 10000.0;
   std::optional<YarnScaling> yarn;  // set when rope_scaling type is yarn
   bool rope_interleave = true;      // pairs (2i, 2i+1) vs half split; see docs/math.md
+  // Keys read leniently, as transformers does (a key MLA does not use, a missing key given
+  // the class default, a value transformers only warns about): one message each, naming the
+  // key, the value and what was done. load_mla_config logs them; tools go on.
+  std::vector<std::string> warnings;
 
   bool has_q_lora() const { return q_lora_rank > 0; }
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
@@ -51,8 +56,16 @@ struct MlaConfig {
   int64_t attention_layers() const { return num_hidden_layers + num_nextn_predict_layers; }
 };
 
+// What is refused (InputError naming the key, the value and why) is only what would change the
+// computation or that the attention cannot compute: a rope type other than yarn/default, YaRN
+// `truncate: false` or `attention_factor`, `attention_bias: true`, odd qk_rope_head_dim,
+// contradicting RoPE facts. For model_type deepseek_v2 / deepseek_v3 a missing key takes
+// transformers' class default (DeepseekV2Config / DeepseekV3Config, transformers 5.x), with a
+// warning; other model types need every dimension key. docs/formats/checkpoint.md lists the rules.
 // `source` names the file in error messages.
 MlaConfig parse_mla_config(const nlohmann::json& j, const std::string& source);
-MlaConfig load_mla_config(const std::filesystem::path& config_json);
+MlaConfig load_mla_config(const std::filesystem::path& config_json);  // logs the warnings
+// Logs each of c.warnings (spdlog warn).
+void log_config_warnings(const MlaConfig& c);
 
 }  // namespace mla::model

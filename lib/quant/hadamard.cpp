@@ -88,4 +88,38 @@ void hadamard_unrotate_inplace(double* x, std::size_t n, const double* signs) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= scale * (signs ? signs[i] : 1.0);
 }
 
+std::vector<std::size_t> hadamard_blocks(std::size_t n) {
+  if (n == 0) throw InputError("hadamard_blocks: width 0");
+  std::vector<std::size_t> b;
+  for (int bit = 63; bit >= 0; --bit)
+    if (n & (std::size_t{1} << bit)) b.push_back(std::size_t{1} << bit);
+  return b;
+}
+
+Eigen::MatrixXd block_hadamard_basis(std::size_t n, std::optional<uint64_t> seed) {
+  Eigen::MatrixXd u = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
+  Eigen::Index at = 0;
+  for (std::size_t b : hadamard_blocks(n)) {
+    const auto e = static_cast<Eigen::Index>(b);
+    u.block(at, at, e, e) = sylvester_hadamard(b) / std::sqrt(static_cast<double>(b));
+    at += e;
+  }
+  if (seed) {
+    const auto s = random_signs(n, *seed);
+    for (std::size_t i = 0; i < n; ++i) u.row(static_cast<Eigen::Index>(i)) *= s[i];
+  }
+  return u;
+}
+
+void block_hadamard_rotate_inplace(double* x, std::size_t n, const double* signs) {
+  if (signs) {
+    for (std::size_t i = 0; i < n; ++i) x[i] *= signs[i];
+  }
+  std::size_t at = 0;
+  for (std::size_t b : hadamard_blocks(n)) {
+    hadamard_rotate_inplace(x + at, b, nullptr);
+    at += b;
+  }
+}
+
 }  // namespace mla::quant

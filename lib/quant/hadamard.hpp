@@ -47,4 +47,16 @@ void hadamard_rotate_inplace(float* x, std::size_t n, const double* signs = null
 // x <- U x = D (H_n x) / sqrt(n), the inverse of hadamard_rotate_inplace.
 void hadamard_unrotate_inplace(double* x, std::size_t n, const double* signs = nullptr);
 
+// Block-diagonal Hadamard for any width n >= 1 (the "hadamard-block" basis; docs/math.md):
+// n is split into its binary digits, largest first (96 = 64 + 32, 100 = 64 + 32 + 4), each
+// block gets a Sylvester H_b / sqrt(b), then the same random signs D as above over all n:
+//   U = D blockdiag(H_b1, H_b2, ...) / sqrt(b_i).
+// Orthogonal for every n; equal to hadamard_basis(n, seed) when n is a power of two (one
+// block). Mixing happens only inside a block: a width of 2^k + small mixes the small part
+// little (the report's f_k shows it).
+std::vector<std::size_t> hadamard_blocks(std::size_t n);
+Eigen::MatrixXd block_hadamard_basis(std::size_t n, std::optional<uint64_t> seed = std::nullopt);
+// x <- U^T x for the block basis: signs first, then each block's fast transform and scale.
+void block_hadamard_rotate_inplace(double* x, std::size_t n, const double* signs = nullptr);
+
 }  // namespace mla::quant

@@ -13,14 +13,16 @@ namespace {
 std::vector<double> read_exact(const io::h5::Group& root, const std::string& path, const io::h5::Dims& want,
                                const std::string& file) {
   if (!root.exists(path)) throw InputError(file + ": calibration dataset '/" + path + "' is missing");
-  io::h5::Dims dims;
-  std::vector<double> v = root.read<double>(path, &dims);
+  // Shape first: a damaged file may declare any extent, and reading it whole would try to
+  // allocate it (found by fuzz_calib_h5, docs/fuzzing.md).
+  const io::h5::Dims dims = root.open(path).dims();
   if (dims != want) {
     std::string got, exp;
     for (auto d : dims) got += std::to_string(d) + ",";
     for (auto d : want) exp += std::to_string(d) + ",";
     throw InputError(file + ": calibration dataset '/" + path + "' has shape [" + got + "], expected [" + exp + "]");
   }
+  std::vector<double> v = root.read<double>(path);
   for (size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i]))
       throw InputError(file + ": calibration dataset '/" + path + "' has a non-finite value at index " +

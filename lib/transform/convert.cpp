@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/phase_clock.hpp"
 #include "io/atomic_dir.hpp"
+#include "io/resources.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
 #include "io/sha256.hpp"
@@ -571,7 +572,11 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
     c[key] = v / parts;
   };
   localise("num_attention_heads", L.ranks_per_group());
-  localise("num_key_value_heads", L.ranks_per_group());
+  // Not used by MLA attention (config.cpp warns when it differs): the rank's head count.
+  if (c.contains("num_key_value_heads")) {
+    global["num_key_value_heads"] = c["num_key_value_heads"];
+    c["num_key_value_heads"] = c["num_attention_heads"];
+  }
   localise("kv_lora_rank", L.g);
   localise("intermediate_size", L.tp);
   localise("moe_intermediate_size", L.tp);
@@ -592,7 +597,7 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
   t["heads"] = {L.heads(r).begin, L.heads(r).end};
   t["latent_slice"] = {L.latent(r).begin, L.latent(r).end};
   t["reparam"] = reparam_name(o.reparam);
-  t["hadamard_seed"] = (o.reparam == Reparam::Hadamard && o.seed) ? nlohmann::json(*o.seed) : nlohmann::json(nullptr);
+  t["hadamard_seed"] = (uses_hadamard_seed(o.reparam) && o.seed) ? nlohmann::json(*o.seed) : nlohmann::json(nullptr);
   t["norm"] = norm_mode_name(o.norm);
   t["out_dtype"] = out_dtype_name(o.out_dtype);
   t["absorbed"] = o.absorb;
@@ -651,7 +656,7 @@ void fill_profile(ConvertProfile& out, const LiveProfile& prof, const CpuTimes& 
 // f and mu under `hadamard` are only valid for the rotation they were measured under: take the
 // calibration's seed when none is given, and refuse a different one.
 ConvertOptions resolve_hadamard_seed(ConvertOptions o) {
-  if (o.reparam != Reparam::Hadamard || o.calib.empty()) return o;
+  if (!uses_hadamard_seed(o.reparam) || o.calib.empty()) return o;
   const std::optional<uint64_t> calib_seed = calibration_hadamard_seed(o.calib);
   if (!calib_seed) return o;
   if (!o.seed) {
@@ -689,6 +694,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   }
 
   io::AtomicDirectory out(o.output);
+  {  // the whole output must fit before the first byte is written
+    uint64_t need = 0;
+    for (const auto& rp : res.ranks) need += rp.bytes;
+    io::require_free_space(out.tmp_path(), need, "mla-convert output " + o.output.string());
+  }
   uint64_t largest_slice = 0;
   for (const Unit& u : p.units) {
     if (u.kind != Unit::Kind::Simple) continue;
@@ -737,6 +747,13 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
       const Unit& u = p.units[i];
       try {
         if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
+      } catch (const std::bad_alloc&) {  // say what and how much, not just "std::bad_alloc"
+        std::lock_guard lock(mu);
+        if (!error)
+          error = std::make_exception_ptr(Error(io::out_of_memory_message(
+              "converting " + u.name + " of " + o.input.string(), 4 * u.input_bytes)));
+        failed = true;
+        return;
       } catch (...) {
         std::lock_guard lock(mu);
         if (!error) error = std::current_exception();

@@ -7,12 +7,21 @@
 
 namespace mla::transform {
 
+namespace {
+std::string blocks_text(int64_t d_c) {
+  std::string t;
+  for (std::size_t b : quant::hadamard_blocks(static_cast<std::size_t>(d_c))) t += (t.empty() ? "" : " + ") + std::to_string(b);
+  return t;
+}
+}  // namespace
+
 std::string_view reparam_name(Reparam r) {
   switch (r) {
     case Reparam::Identity: return "identity";
     case Reparam::Hadamard: return "hadamard";
     case Reparam::Pca: return "pca";
     case Reparam::Qk: return "qk";
+    case Reparam::HadamardBlock: return "hadamard-block";
   }
   return "?";
 }
@@ -22,8 +31,9 @@ Reparam parse_reparam(std::string_view name) {
   if (name == "hadamard") return Reparam::Hadamard;
   if (name == "pca") return Reparam::Pca;
   if (name == "qk") return Reparam::Qk;
+  if (name == "hadamard-block") return Reparam::HadamardBlock;
   throw InputError("unknown reparameterisation '" + std::string(name) +
-                   "' (expected identity, hadamard, pca or qk)");
+                   "' (expected identity, hadamard, hadamard-block, pca or qk)");
 }
 
 MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
@@ -35,8 +45,11 @@ MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
       if (!quant::is_power_of_two(static_cast<size_t>(d_c)))
         throw InputError(layer_label + ": --reparam hadamard needs kv_lora_rank (d_c) to be a power of two "
                          "(Sylvester Hadamard matrices exist only for n = 2^k), got d_c = " +
-                         std::to_string(d_c) + "; use --reparam identity or pca");
+                         std::to_string(d_c) + "; --reparam hadamard-block (block-diagonal Hadamard over blocks " +
+                         blocks_text(d_c) + ") mixes any width; identity, pca and qk need no power of two");
       return quant::hadamard_basis(static_cast<size_t>(d_c), seed);
+    case Reparam::HadamardBlock:
+      return quant::block_hadamard_basis(static_cast<size_t>(d_c), seed);
     case Reparam::Pca:
     case Reparam::Qk: {
       const std::string name(reparam_name(kind));

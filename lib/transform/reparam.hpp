@@ -15,8 +15,9 @@
 
 namespace mla::transform {
 
-enum class Reparam { Identity, Hadamard, Pca, Qk };
-std::string_view reparam_name(Reparam r);            // "identity" | "hadamard" | "pca" | "qk"
+enum class Reparam { Identity, Hadamard, Pca, Qk, HadamardBlock };
+// "identity" | "hadamard" | "pca" | "qk" | "hadamard-block"
+std::string_view reparam_name(Reparam r);
 Reparam parse_reparam(std::string_view name);        // throws InputError naming the value
 
 // The orthogonal d_c x d_c rotation U (columns = the new basis vectors).
@@ -24,6 +25,8 @@ Reparam parse_reparam(std::string_view name);        // throws InputError naming
 //  hadamard: U = D H / sqrt(d_c) (lib/quant/hadamard.hpp); D = I without a seed. d_c must be
 //            a power of two (Sylvester's construction exists only there): InputError otherwise,
 //            naming d_c and `layer_label`.
+//  hadamard-block: U = D blockdiag(H_b) (quant::block_hadamard_basis): any d_c (96 = 64 + 32);
+//            equal to hadamard when d_c is a power of two.
 //  pca:      `pca_basis` (columns = eigenvectors of the uncentred second moment of c/rms(c),
 //            descending eigenvalue, from mla-calibrate); required, must be d_c x d_c and
 //            orthogonal to 1e-8 (InputError naming `layer_label` and the deviation otherwise).
@@ -31,6 +34,8 @@ Reparam parse_reparam(std::string_view name);        // throws InputError naming
 //            product of the key and query second moments, from mla-calibrate; docs/math.md).
 // The bases fitted by mla-calibrate (pca, qk) need a calibration file.
 inline bool needs_calibrated_basis(Reparam r) { return r == Reparam::Pca || r == Reparam::Qk; }
+// The bases with a random-sign seed (D).
+inline bool uses_hadamard_seed(Reparam r) { return r == Reparam::Hadamard || r == Reparam::HadamardBlock; }
 MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
                       const MatrixR* pca_basis, const std::string& layer_label);
 

@@ -117,6 +117,100 @@ TEST(Config, NoYarnMeansPlainScale) {
   EXPECT_DOUBLE_EQ(parse_mla_config(j, "config.json").softmax_scale(), 1.0 / std::sqrt(192.0));
 }
 
+// Every rule relaxed to follow what transformers' DeepseekV2/V3 classes accept: one test each.
+namespace {
+bool has_warning(const mla::model::MlaConfig& c, std::initializer_list<std::string> fragments) {
+  for (const auto& w : c.warnings) {
+    bool all = true;
+    for (const auto& f : fragments) all = all && w.find(f) != std::string::npos;
+    if (all) return true;
+  }
+  return false;
+}
+}  // namespace
+
+TEST(ConfigRelaxed, NumKeyValueHeadsIsIgnoredWithAWarning) {
+  // What transformers 5.x saves for DeepseekV3Config(num_attention_heads=16): the class
+  // default num_key_value_heads 128 stays.
+  auto j = fixture("deepseek-v3.config.json");
+  j["num_attention_heads"] = 16;
+  j["num_key_value_heads"] = 128;
+  const auto c = parse_mla_config(j, "config.json");
+  EXPECT_EQ(c.num_heads, 16);
+  EXPECT_TRUE(has_warning(c, {"config.json", "num_key_value_heads", "128", "not used by MLA"}));
+  j["num_key_value_heads"] = 8;
+  EXPECT_TRUE(has_warning(parse_mla_config(j, "config.json"), {"num_key_value_heads", "8"}));
+  j["num_key_value_heads"] = 16;  // the usual value: no warning
+  EXPECT_TRUE(parse_mla_config(j, "config.json").warnings.empty());
+}
+
+TEST(ConfigRelaxed, MissingKeysTakeTheTransformersClassDefaults) {
+  auto j = fixture("deepseek-v3.config.json");
+  for (const char* k : {"kv_lora_rank", "q_lora_rank", "hidden_size", "n_routed_experts", "first_k_dense_replace"})
+    j.erase(k);
+  auto c = parse_mla_config(j, "config.json");
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.q_lora_rank, 1536);
+  EXPECT_EQ(c.hidden_size, 7168);
+  EXPECT_EQ(c.n_routed_experts, 256);
+  EXPECT_EQ(c.first_k_dense_replace, 3);
+  EXPECT_TRUE(has_warning(c, {"kv_lora_rank", "missing", "default 512"}));
+  EXPECT_TRUE(has_warning(c, {"hidden_size", "default 7168"}));
+  auto v2 = fixture("deepseek-v2-lite.config.json");
+  v2.erase("kv_lora_rank");
+  v2.erase("first_k_dense_replace");
+  c = parse_mla_config(v2, "config.json");
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.first_k_dense_replace, 0);  // DeepseekV2Config's default
+  EXPECT_FALSE(c.has_q_lora());           // q_lora_rank: null is kept, not defaulted
+}
+
+TEST(ConfigRelaxed, FirstKDenseBeyondTheLayerCountMeansAllDense) {
+  auto j = fixture("deepseek-v3.config.json");
+  j["first_k_dense_replace"] = 100;
+  const auto c = parse_mla_config(j, "config.json");
+  EXPECT_EQ(c.first_k_dense_replace, 100);
+  EXPECT_TRUE(has_warning(c, {"first_k_dense_replace", "100", "num_hidden_layers", "dense"}));
+}
+
+TEST(ConfigRelaxed, YarnBetasAsTransformersReadsThem) {
+  auto j = fixture("deepseek-v3.config.json");
+  j["rope_scaling"]["beta_fast"] = 1;
+  j["rope_scaling"]["beta_slow"] = 4;  // transformers warns, computes
+  auto c = parse_mla_config(j, "config.json");
+  EXPECT_DOUBLE_EQ(c.yarn->beta_slow, 4.0);
+  EXPECT_TRUE(has_warning(c, {"rope_scaling.beta_slow", "beta_fast"}));
+  j["rope_scaling"]["beta_fast"] = 0;  // `beta_fast or 32`
+  j["rope_scaling"]["beta_slow"] = 0;
+  c = parse_mla_config(j, "config.json");
+  EXPECT_DOUBLE_EQ(c.yarn->beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.yarn->beta_slow, 1.0);
+}
+
+TEST(ConfigRelaxed, RopeInterleaveIsNotReadByDeepseekV2) {
+  auto j = fixture("deepseek-v2-lite.config.json");
+  j["rope_interleave"] = false;
+  const auto c = parse_mla_config(j, "config.json");
+  EXPECT_TRUE(c.rope_interleave);  // DeepseekV2 attention always rotates interleaved pairs
+  EXPECT_TRUE(has_warning(c, {"rope_interleave", "DeepseekV2"}));
+}
+
+TEST(ConfigRefused, WhatChangesTheComputationIsRefusedWithTheReason) {
+  const auto base = fixture("deepseek-v3.config.json");
+  auto j = base;
+  j["attention_bias"] = true;
+  expect_error(j, {"attention_bias", "true", "not supported"});
+  j = base;
+  j["rope_scaling"]["truncate"] = false;
+  expect_error(j, {"rope_scaling.truncate", "false", "implemented"});
+  j = base;
+  j["rope_scaling"]["attention_factor"] = 1.5;
+  expect_error(j, {"rope_scaling.attention_factor", "1.5"});
+  j = base;
+  j["rope_scaling"]["truncate"] = true;  // the default is fine
+  EXPECT_NO_THROW(parse_mla_config(j, "config.json"));
+}
+
 TEST(Config, RopeInterleaveKey) {
   auto j = fixture("deepseek-v3.config.json");
   j["rope_interleave"] = false;
@@ -128,9 +222,12 @@ TEST(Config, RopeInterleaveKey) {
 TEST(Config, Errors) {
   const auto base = fixture("deepseek-v3.config.json");
   auto j = base;
+  // Model types without a transformers class of their own get no defaults.
+  j["model_type"] = "kimi_k2";
   j.erase("kv_lora_rank");
-  expect_error(j, {"config.json", "kv_lora_rank", "missing"});
+  expect_error(j, {"config.json", "kv_lora_rank", "missing", "kimi_k2"});
   j = base;
+  j["model_type"] = "kimi_k2";
   j.erase("q_lora_rank");
   expect_error(j, {"q_lora_rank", "missing"});
   j = base;
@@ -142,12 +239,6 @@ TEST(Config, Errors) {
   j = base;
   j["num_attention_heads"] = 0;
   expect_error(j, {"num_attention_heads", "0"});
-  j = base;
-  j["num_key_value_heads"] = 8;
-  expect_error(j, {"num_key_value_heads", "8"});
-  j = base;
-  j["first_k_dense_replace"] = 100;
-  expect_error(j, {"first_k_dense_replace", "100", "num_hidden_layers"});
   j = base;
   j["rope_scaling"]["factor"] = -2;
   expect_error(j, {"rope_scaling.factor", "-2"});

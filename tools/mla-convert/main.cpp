@@ -19,9 +19,9 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", output, "Output directory (must not exist; written atomically)")->required();
   app.add_option("--tp", o.tp, "Tensor-parallel degree: 1, 2, 4 or 8")->required();
   app.add_option("--groups", o.groups, "Latent groups g (divides tp; default g = tp: each rank caches d_c/tp)");
-  app.add_option("--reparam", reparam, "Rotation U: identity | hadamard (d_c a power of two) | pca (needs --calib) | qk (the query-and-key "
+  app.add_option("--reparam", reparam, "Rotation U: identity | hadamard (d_c a power of two) | hadamard-block (block-diagonal Hadamard, any d_c) | pca (needs --calib) | qk (the query-and-key "
                  "basis of docs/math.md; needs --calib)")
-      ->check(CLI::IsMember({"identity", "hadamard", "pca", "qk"}));
+      ->check(CLI::IsMember({"identity", "hadamard", "hadamard-block", "pca", "qk"}));
   app.add_option("--calib", o.calib, "calib.h5 from mla-calibrate: PCA basis, energy fractions f_k, mu_k");
   app.add_option("--norm", norm, "Sliced kv_a RMSNorm: approx (sqrt(g f_k) folded) | exact (engine all-reduces)")
       ->check(CLI::IsMember({"approx", "exact"}));
