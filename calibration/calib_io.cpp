@@ -55,6 +55,10 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
     root.set_attr("hadamard_seed", static_cast<int64_t>(r.hadamard_seed));
     root.set_attr("hadamard_convention", "U = D H / sqrt(d_c), D = diag(signs of mt19937_64(seed)), "
                                          "rotated latent U^T c (lib/quant/hadamard.hpp)");
+    // The Hadamard-type basis measured (its results under /layer_*/g*/<name>, and the basis of
+    // the FP4 / Lloyd-Max rows): "hadamard", or "hadamard-block" when d_c is not 2^k.
+    root.set_attr("mixing_basis", r.mixing_basis);
+    if (!r.hadamard_unavailable.empty()) root.set_attr("hadamard_unavailable", r.hadamard_unavailable);
     root.set_attr("holdout_fraction", r.holdout_fraction);
     root.set_attr("second_moment_accumulation", r.second_moment_accumulation);
     root.set_attr("tool_version", MLA_VERSION_STRING);
@@ -135,6 +139,9 @@ std::string calib_summary_json(const CalibrationResult& r) {
   j["checkpoint_fingerprint"] = r.checkpoint_fingerprint;
   j["capture_sources"] = r.capture_sources;
   j["hadamard_seed"] = r.hadamard_seed;
+  j["mixing_basis"] = r.mixing_basis;
+  j["hadamard_unavailable"] = r.hadamard_unavailable.empty() ? nlohmann::ordered_json(nullptr)
+                                                             : nlohmann::ordered_json(r.hadamard_unavailable);
   j["second_moment_accumulation"] = r.second_moment_accumulation;
   j["warnings"] = r.warnings;
   for (const auto& L : r.layers) {

@@ -150,6 +150,25 @@ const char* moment_mode_name(MomentMode m) {
   }
 }
 
+std::vector<std::string> calibrated_bases(int64_t d_c) {
+  std::vector<std::string> v = basis_names();
+  if (!quant::is_power_of_two(static_cast<std::size_t>(d_c)))
+    for (auto& b : v)
+      if (b == "hadamard") b = "hadamard-block";
+  return v;
+}
+
+std::string hadamard_unavailable_reason(int64_t d_c) {
+  if (quant::is_power_of_two(static_cast<std::size_t>(d_c))) return "";
+  std::string blocks;
+  for (std::size_t b : quant::hadamard_blocks(static_cast<std::size_t>(d_c)))
+    blocks += (blocks.empty() ? "" : " + ") + std::to_string(b);
+  return "hadamard basis unavailable: kv_lora_rank d_c = " + std::to_string(d_c) +
+         " is not a power of two (Sylvester Hadamard matrices exist only for 2^k); calibrated "
+         "'hadamard-block' instead (block-diagonal Hadamard over " + blocks + ", usable with mla-convert "
+         "--reparam hadamard-block)";
+}
+
 CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& weights,
                             const std::string& fingerprint, const CalibrationOptions& opt) {
   const int64_t dc = cfg.kv_lora_rank, H = cfg.num_heads;
@@ -164,10 +183,6 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
                        std::to_string(gmax));
     }
   }
-  if (!quant::is_power_of_two(static_cast<std::size_t>(dc))) {
-    throw InputError("mla-calibrate: kv_lora_rank d_c = " + std::to_string(dc) +
-                     " is not a power of two; the Sylvester Hadamard basis needs one");
-  }
   if (!(opt.holdout_fraction > 0.0 && opt.holdout_fraction < 1.0)) {
     throw InputError("mla-calibrate: holdout fraction must be in (0, 1), got " +
                      std::to_string(opt.holdout_fraction));
@@ -180,6 +195,16 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   res.d_c = dc;
   res.num_heads = H;
   res.hadamard_seed = opt.hadamard_seed;
+  // Sylvester's Hadamard exists only for d_c = 2^k: elsewhere everything else is calibrated
+  // and the block-diagonal Hadamard takes its place (also for the FP4 / Lloyd-Max rows).
+  const std::vector<std::string> run_bases = calibrated_bases(dc);
+  res.hadamard_unavailable = hadamard_unavailable_reason(dc);
+  res.mixing_basis = res.hadamard_unavailable.empty() ? "hadamard" : "hadamard-block";
+  const std::string mix = res.mixing_basis;
+  if (!res.hadamard_unavailable.empty()) {
+    res.warnings.push_back(res.hadamard_unavailable);
+    spdlog::warn("{}", res.hadamard_unavailable);
+  }
   res.holdout_fraction = opt.holdout_fraction;
   res.groups = opt.groups;
   int64_t fit_tokens = 0;
@@ -243,7 +268,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   const std::vector<double> signs = quant::random_signs(dc, opt.hadamard_seed);
   std::map<std::string, Eigen::MatrixXd> fixed_bases;
   fixed_bases["identity"] = Eigen::MatrixXd::Identity(dc, dc);
-  fixed_bases["hadamard"] = quant::hadamard_basis(dc, opt.hadamard_seed);
+  fixed_bases[mix] = quant::block_hadamard_basis(dc, opt.hadamard_seed);  // = hadamard_basis at 2^k
   const double scale = cfg.softmax_scale();
   // Pass-2 sequences of capture ci, (index, held-out): a budget per capture spread evenly over
   // the held-out part, and for captures holding h as many fit sequences (query pairs for mu).
@@ -360,7 +385,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
             const int64_t slot = r.offer_slot();
             if (slot < 0) continue;
             model::rmsnorm_row(cbuf64.data() + t * dc, w.kv_a_layernorm.data(), dc, cfg.rms_norm_eps, row.data());
-            quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
+            quant::block_hadamard_rotate_inplace(row.data(), dc, signs.data());
             r.store(slot, row.data());
           }
           cpu_moment += thread_cpu_seconds() - c1;
@@ -386,7 +411,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
           for (int64_t i = 0; i < dc; ++i) xr(i) = c.at(t * dc + i);
           xr /= std::sqrt(xr.squaredNorm() / static_cast<double>(dc) + cfg.rms_norm_eps);
           for (int64_t i = 0; i < dc; ++i) row[i] = xr(i) * w.kv_a_layernorm(i);
-          quant::hadamard_rotate_inplace(row.data(), dc, signs.data());
+          quant::block_hadamard_rotate_inplace(row.data(), dc, signs.data());
           r.store(slot, row.data());
         }
         cpu_moment += thread_cpu_seconds() - c1;
@@ -433,11 +458,11 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     }
     bases["qk"] = &L.qk_basis;
     std::map<std::string, std::pair<VectorD, VectorD>> energies;  // diag(U^T M U): fit, held-out
-    for (const auto& b : basis_names())
+    for (const auto& b : run_bases)
       energies[b] = {basis_energies(L.second_moment, *bases[b]), basis_energies(m_h, *bases[b])};
     const double tr_fit = L.second_moment.trace(), tr_hold = m_h.trace();
     for (int g : opt.groups) {
-      for (const auto& b : basis_names()) {
+      for (const auto& b : run_bases) {
         SliceStats& st = L.slices[g][b];
         st.f = energy_fractions_from(energies[b].first, tr_fit, g);
         st.f_holdout = energy_fractions_from(energies[b].second, tr_hold, g);
@@ -454,7 +479,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
     // ---- pass 2 ----
     spdlog::info("layer {}: pass 2 (slicing errors, mu, FP8 study)", layer);
     std::map<std::string, PairAccum> acc;
-    for (const auto& b : basis_names()) {
+    for (const auto& b : run_bases) {
       for (int g : opt.groups) {
         acc[b].fit[g].resize(g); acc[b].hold[g].resize(g); acc[b].fit_head[g].resize(H * g);
         acc[b].norm_err[g].assign(g, 0.0); acc[b].norm_ref[g].assign(g, 0.0);
@@ -489,15 +514,15 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         const int64_t T = u.rows();
         ub["identity"] = u;
         // Hadamard basis: u U = (U^T u^T)^T, the O(d log d) fast transform per row.
-        ub["hadamard"] = u;
+        ub[mix] = u;
         for (int64_t t = 0; t < T; ++t)
-          quant::hadamard_rotate_inplace(ub["hadamard"].row(t).data(), static_cast<std::size_t>(dc), signs.data());
+          quant::block_hadamard_rotate_inplace(ub[mix].row(t).data(), static_cast<std::size_t>(dc), signs.data());
         rotate_rows(u, *bases["pca"], ub["pca"]);
         rotate_rows(u, *bases["qk"], ub["qk"]);
         if (hold) {
           const int64_t wm = dc / gmax;
           std::vector<double> sq_min(static_cast<std::size_t>(T * gmax));  // |slice|^2 of the gmax slices
-          for (const auto& b : basis_names()) {
+          for (const auto& b : run_bases) {
             for (int64_t t = 0; t < T; ++t) {
               const double* x = ub[b].row(t).data();
               for (int j = 0; j < gmax; ++j) {
@@ -546,7 +571,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
           const MatrixR Q = Eigen::Map<const MatrixR>(ql.data(), H, dc);
           const MatrixR Qpe = Eigen::Map<const MatrixR>(qp.q_pe.data(), H, cfg.qk_rope_head_dim);
           const MatrixR Qg = Q * w.kv_a_layernorm.asDiagonal();  // logit = Qg . u
-          for (const auto& b : basis_names()) {
+          for (const auto& b : run_bases) {
             const MatrixR Qb = Qg * *bases[b];
             const auto K = ub[b].topRows(t + 1);
             const int64_t wm = dc / gmax;
@@ -613,7 +638,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
         }
       }
     }
-    for (const auto& b : basis_names()) {
+    for (const auto& b : run_bases) {
       for (int g : opt.groups) {
         SliceStats& st = L.slices[g][b];
         for (int k = 0; k < g; ++k) {

@@ -108,6 +108,8 @@ struct CalibrationResult {
   quant::Codebook global_codebook;
   quant::Codebook analytic_gaussian_unit, analytic_gaussian_1_over_d, analytic_sphere;
   std::vector<std::string> warnings;
+  std::string hadamard_unavailable;  // reason, when d_c is not a power of two ("" otherwise)
+  std::string mixing_basis = "hadamard";  // the Hadamard-type basis calibrated (and of the FP4 / Lloyd-Max rows)
 };
 
 // Weights of one attention layer (float64), e.g. from a checkpoint.
@@ -122,6 +124,13 @@ inline const std::vector<std::string>& basis_names() {
   static const std::vector<std::string> n = {"identity", "hadamard", "pca", "qk"};
   return n;
 }
+
+// The bases calibrated for latent width d_c: basis_names(), except that "hadamard" (Sylvester,
+// d_c = 2^k only) becomes "hadamard-block" (block-diagonal Hadamard, any d_c; equal to the
+// Sylvester one at d_c = 2^k) when d_c is not a power of two.
+std::vector<std::string> calibrated_bases(int64_t d_c);
+// Why the Sylvester Hadamard basis is unavailable for d_c ("" when it is available).
+std::string hadamard_unavailable_reason(int64_t d_c);
 
 // calib.h5 (docs/formats/calib.md), written to a temporary name and renamed when complete.
 void write_calib_h5(const CalibrationResult& r, const std::string& path);

@@ -51,9 +51,10 @@ std::string out_of_memory_message(const std::string& what, uint64_t need_bytes) 
     }
     mi.ignore(256, '\n');
   }
-  return "out of memory while " + what + " (a memory allocation failed; this step needs about " +
-         human_bytes(need_bytes) + " more" + (limits.empty() ? std::string() : "; " + limits) +
-         "): raise the limit, free memory, or use fewer --threads";
+  std::string m = "out of memory while " + what + " (a memory allocation failed";
+  if (need_bytes > 0) m += "; this step needs about " + human_bytes(need_bytes) + " more";
+  if (!limits.empty()) m += "; " + limits;
+  return m + "): raise the limit, free memory, or use fewer --threads";
 }
 
 }  // namespace mla::io

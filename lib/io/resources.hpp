@@ -16,7 +16,7 @@ uint64_t free_bytes(const std::filesystem::path& path);
 void require_free_space(const std::filesystem::path& path, uint64_t need, const std::string& what);
 
 // "out of memory while <what> (...needs about N...; address-space limit (ulimit -v) L, ...)":
-// the message for a std::bad_alloc caught around `what`.
+// the message for a std::bad_alloc caught around `what` (need_bytes 0: unknown, not stated).
 std::string out_of_memory_message(const std::string& what, uint64_t need_bytes);
 
 // Bytes as "1.23 GiB" / "4.56 MiB" / "789 bytes".

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <map>
@@ -134,9 +135,10 @@ void write_text_file(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write '" + tmp.string() + "'");
+    // errno says why (ENOSPC, EDQUOT, EROFS, ...): the operator needs it to act.
+    if (!out) throw Error("cannot write '" + tmp.string() + "': " + std::strerror(errno));
     out << text;
-    if (!out.flush()) throw Error("write failed for '" + tmp.string() + "'");
+    if (!out.flush()) throw Error("write failed for '" + tmp.string() + "': " + std::strerror(errno));
   }
   fs::rename(tmp, path);
 }

@@ -7,8 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <new>
+#include <system_error>
 
 #include "core/error.hpp"
+#include "io/resources.hpp"
 
 namespace mla::cli {
 
@@ -43,6 +46,16 @@ int run_tool(CLI::App& app, CommonOptions& opts, int argc, char** argv, const st
   } catch (const VerificationError& e) {
     spdlog::error("verification failed: {}", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {  // one not caught with more context nearer its cause
+    spdlog::error("{}", mla::io::out_of_memory_message("running " + app.get_name(), 0));
+    return 1;
+  } catch (const std::system_error& e) {  // e.g. no memory for another thread's stack
+    if (e.code() == std::errc::resource_unavailable_try_again || e.code() == std::errc::not_enough_memory) {
+      spdlog::error("{}", mla::io::out_of_memory_message("starting threads of " + app.get_name() + " (" + e.what() + ")", 0));
+      return 1;
+    }
+    spdlog::error("{}", e.what());
+    return 1;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;
