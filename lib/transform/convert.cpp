@@ -799,7 +799,15 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
     return nlohmann::json(rows);
   });
   std::vector<std::thread> pool;
-  for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
+  try {
+    for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
+  } catch (...) {  // no memory for another thread: stop and join the started ones, then report
+    failed = true;  // (a joinable std::thread destroyed by unwinding would std::terminate)
+    for (auto& t : pool) t.join();
+    stop_hashing = true;
+    input_hashes.wait();
+    throw;
+  }
   for (auto& t : pool) t.join();
   if (error) {
     stop_hashing = true;  // the hashers stop after their current file
