@@ -30,8 +30,11 @@ run() {  # tp basis norm mu(layer|head) pd(pd|nopd) windows
   [ "$mu" = head ] && calib=$OUT/calib-head.h5
   [ -f "$OUT/$tag.json" ] && return 0
   rm -rf "$OUT/conv-$tag"
-  "$B/mla-convert/mla-convert" -q --tp "$tp" --reparam "$basis" --norm "$norm" --calib "$calib" \
-    -o "$OUT/conv-$tag" "$CKPT"
+  if ! "$B/mla-convert/mla-convert" -q --tp "$tp" --reparam "$basis" --norm "$norm" --calib "$calib" \
+    -o "$OUT/conv-$tag" "$CKPT" 2> "$OUT/$tag.err"; then
+    echo "$tag: not converted: $(tail -1 "$OUT/$tag.err")"  # e.g. a vocabulary tp does not divide
+    return 0
+  fi
   local flags=()
   [ "$pd" = nopd ] && flags+=(--no-pd-separation)
   local t0=$SECONDS
@@ -46,8 +49,8 @@ run() {  # tp basis norm mu(layer|head) pd(pd|nopd) windows
 
 # Main grid: every basis at tp 2, 4, 8 (PD separation, approx norm, mu per layer).
 for tp in 2 4 8; do for basis in identity hadamard pca qk; do run $tp $basis approx layer pd "$WIN"; done; done
-# Variations on the two calibrated bases (tp 2 and 8).
-for tp in 2 8; do for basis in pca qk; do
+# Variations on the two calibrated bases (tp = 2; VARIATION_TP to change).
+for tp in ${VARIATION_TP:-2}; do for basis in pca qk; do
   run $tp $basis exact layer pd "$VWIN"
   run $tp $basis approx head pd "$VWIN"
   run $tp $basis approx layer nopd "$VWIN"
