@@ -91,8 +91,8 @@ TEST(PairedStats, IntervalExcludesZeroAndContainsTheKnownChange) {
 
 TEST(PairedStats, IntervalCoversAtItsNominalRate) {
   // 400 independent repetitions: a 95% interval must cover the known change ~380 times
-  // (binomial sd ~4.4); a per-token interval ignoring nothing would also pass here, the
-  // window-level one must at least not under-cover.
+  // (binomial sd ~4.4). Tokens are independent here, so this checks the interval's arithmetic
+  // (t quantile, sd, pairing), not the choice of the window as the sampling unit.
   int covered = 0;
   const int reps = 400;
   for (int r = 0; r < reps; ++r) {
