@@ -41,7 +41,10 @@ std::vector<int64_t> parse_list(const std::string& s, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mla-calibrate: streaming calibration of an MLA checkpoint from captured activations"};
+  CLI::App app{"mla-calibrate: streaming calibration of an MLA checkpoint from captured activations.\n"
+               "Every run fits and reports all latent bases: identity, hadamard (or hadamard-block), pca and qk\n"
+               "(PCA rotated to keep the content logit where the values are, from the query and key moments;\n"
+               "docs/math.md); pick one with mla-convert --reparam."};
   mla::cli::CommonOptions common;
   Options o;
   app.add_option("--model", o.model, "HF checkpoint directory (weights give queries, gamma, fingerprint)");
