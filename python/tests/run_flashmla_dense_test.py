@@ -64,8 +64,8 @@ def classify(exc):
         return "out_of_scope", str(exc)
     msg = str(exc)
     if isinstance(exc, ValueError) and "No kernel name matched for substring flash_fwd_splitkv_mla_kernel" in msg:
-        ours = sorted({line.strip()[2:].split("(")[0].split("<")[0] for line in msg.splitlines()[1:]
-                       if line.strip().startswith("- ") and "mla" in line})
+        ours = sorted({line.strip()[2:][:90] for line in msg.splitlines()[1:]
+                       if line.strip().startswith("- ") and "mla::kernels" in line})
         return "pass_timing", "timing looked up FlashMLA's kernel name; ours: " + ", ".join(ours)
     return "fail", f"{type(exc).__name__}: {msg.splitlines()[0] if msg else ''}"
 
