@@ -445,7 +445,14 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
       }
       L.qk_queries = mq.count;
       const MatrixR m_q = mq.count ? mq.finalize() : MatrixR(MatrixR::Identity(dc, dc));
-      const QkFit qk = fit_qk_basis(L.second_moment, m_q, L.pca_basis, opt.groups);
+      // Isotropic queries: PCA is J's maximum (docs/math.md), so no sweep is run.
+      QkFit qk;
+      if (mq.count) {
+        qk = fit_qk_basis(L.second_moment, m_q, L.pca_basis, opt.groups);
+      } else {
+        qk.basis = L.pca_basis;
+        qk.objective_start = qk.objective = qk_objective(L.second_moment, m_q, L.pca_basis, opt.groups);
+      }
       L.qk_basis = qk.basis;
       L.qk_objective_pca = qk.objective_start;
       L.qk_objective = qk.objective;
