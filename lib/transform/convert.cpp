@@ -734,14 +734,26 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
     p.units = std::move(sorted);
   }
 
-  // Workers take units in order; the first error stops everyone and is rethrown.
+  // Workers take units in order; the first error stops everyone and is rethrown. Nothing in a
+  // worker's handlers allocates: when the address space is exhausted, composing a message there
+  // would throw again and std::terminate the process, leaving the temporary output behind. The
+  // out-of-memory message is composed after the join, once the workers' buffers are freed.
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
   std::exception_ptr error;
+  size_t oom_unit = p.units.size();  // the unit whose conversion ran out of memory, if any
   size_t done = 0;
   uint64_t bytes_done = 0;
   auto last_log = std::chrono::steady_clock::now();
+  auto record_failure = [&](size_t unit) {
+    std::lock_guard lock(mu);
+    if (!error) {
+      error = std::current_exception();
+      oom_unit = unit;
+    }
+    failed = true;
+  };
   auto worker = [&] {
     while (!failed) {
       const size_t i = next++;
@@ -749,28 +761,22 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
       const Unit& u = p.units[i];
       try {
         if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
-      } catch (const std::bad_alloc&) {  // say what and how much, not just "std::bad_alloc"
         std::lock_guard lock(mu);
-        if (!error)
-          error = std::make_exception_ptr(Error(io::out_of_memory_message(
-              "converting " + u.name + " of " + o.input.string(), 4 * u.input_bytes)));
-        failed = true;
+        ++done;
+        bytes_done += u.input_bytes;
+        const auto now = std::chrono::steady_clock::now();
+        const double secs = std::chrono::duration<double>(now - t0).count();
+        const bool loud = done == p.units.size() || now - last_log > std::chrono::seconds(2);
+        if (loud) last_log = now;
+        spdlog::log(loud ? spdlog::level::info : spdlog::level::debug, "[{}/{}] {}  {:.1f}/{:.1f} MB read, {:.0f} MB/s",
+                    done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
+      } catch (const std::bad_alloc&) {
+        record_failure(i);
         return;
       } catch (...) {
-        std::lock_guard lock(mu);
-        if (!error) error = std::current_exception();
-        failed = true;
+        record_failure(p.units.size());
         return;
       }
-      std::lock_guard lock(mu);
-      ++done;
-      bytes_done += u.input_bytes;
-      const auto now = std::chrono::steady_clock::now();
-      const double secs = std::chrono::duration<double>(now - t0).count();
-      const bool loud = done == p.units.size() || now - last_log > std::chrono::seconds(2);
-      if (loud) last_log = now;
-      spdlog::log(loud ? spdlog::level::info : spdlog::level::debug, "[{}/{}] {}  {:.1f}/{:.1f} MB read, {:.0f} MB/s",
-                  done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
     }
   };
   // Input files are hashed on the side while the workers convert, several files at once when
@@ -812,6 +818,10 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   if (error) {
     stop_hashing = true;  // the hashers stop after their current file
     input_hashes.wait();
+    if (oom_unit < p.units.size()) {  // say what and how much, not just "std::bad_alloc"
+      const Unit& u = p.units[oom_unit];
+      throw Error(io::out_of_memory_message("converting " + u.name + " of " + o.input.string(), 4 * u.input_bytes));
+    }
     std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
   }
   phase("convert (workers, output hashed as written)");

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # mla-convert under low address-space limits (ulimit -v), each hitting a different step on the
-# shipped tiny model (mapping the input, starting threads, converting a tensor): exit 1 with
+# shipped tiny model (mapping the input, starting threads, converting a tensor; several limits
+# around each step, since which allocation fails first varies run to run): exit 1 with
 # a message that says out of memory / cannot map and names what it was doing and the limit or
 # the need, nothing left behind. Not under AddressSanitizer (its shadow memory needs terabytes
 # of address space).
 set -u
 CONVERT=$1 CKPT=$2 WORK=$3
-LIMITS_KB=${4:-"30000 50000 60000 80000"}
+LIMITS_KB=${4:-"30000 50000 55000 60000 65000 70000 75000 80000 85000"}
 for kb in $LIMITS_KB; do
   rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
   LOG=$WORK/../low_memory_$kb.log
