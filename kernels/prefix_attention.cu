@@ -11,6 +11,10 @@
 #include "kernels/prefix_device.cuh"
 
 namespace mla::kernels {
+namespace prefix {
+// The wgmma kernel for (d_n + d_r, d_v) = (192, 128): kernels/prefix_attention_wgmma.cu.
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStream_t stream);
+}  // namespace prefix
 namespace {
 
 using namespace prefix;
@@ -195,6 +199,12 @@ __global__ void __launch_bounds__(kThreads, 1) prefix_attn_kernel(PrefixAttnPara
   }
 }
 
+// Tokens per split: whole tiles, as the twin cuts the prefix.
+int split_tokens(const PrefixAttnParams& p) {
+  const int tiles = (p.prefix_len + kTile - 1) / kTile;
+  return (tiles + p.splits - 1) / p.splits * kTile;
+}
+
 template <int DQK, int DV>
 void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
   static bool smem_set = false;
@@ -205,8 +215,7 @@ void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) throw Error(std::string("prefix attention: smem limit: ") + cudaGetErrorString(e));
     smem_set = true;
   }
-  const int tiles = (p.prefix_len + kTile - 1) / kTile;
-  const int per_split = (tiles + p.splits - 1) / p.splits * kTile;
+  const int per_split = split_tokens(p);
   const dim3 grid((p.rows + kRows - 1) / kRows, p.splits, p.heads);
   prefix_attn_kernel<DQK, DV><<<grid, kThreads, smem, stream>>>(p, per_split);
   const cudaError_t e = cudaGetLastError();
@@ -217,8 +226,19 @@ void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
 
 void prefix_attn_bf16(const PrefixAttnParams& p, cudaStream_t stream) {
   quant::validate_prefix_attn(p);
-  if (p.d_n == 128) launch_attn<192, 128>(p, stream);
-  else launch_attn<96, 64>(p, stream);
+  using quant::PrefixKernel;
+  if (p.kernel != PrefixKernel::kAuto && p.kernel != PrefixKernel::kMmaSync && p.kernel != PrefixKernel::kWgmma)
+    throw InputError("prefix attention params: kernel = " + std::to_string(static_cast<int>(p.kernel)) +
+                     " (0 auto, 1 mma.sync, 2 wgmma)");
+  if (p.d_n == 128) {
+    if (p.kernel == PrefixKernel::kMmaSync) launch_attn<192, 128>(p, stream);
+    else prefix::launch_prefix_attn_wgmma(p, split_tokens(p), stream);
+    return;
+  }
+  if (p.kernel == PrefixKernel::kWgmma)
+    throw InputError("prefix attention params: kernel = wgmma needs (d_n, d_r, d_v) = (128, 64, 128) (got d_n = " +
+                     std::to_string(p.d_n) + ")");
+  launch_attn<96, 64>(p, stream);
 }
 
 }  // namespace mla::kernels

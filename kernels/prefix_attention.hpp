@@ -4,12 +4,14 @@
 // around the absorbed decode kernel (kernels/mla_decode.hpp). The parameter blocks, the math and
 // the rounding points are documented in quant/prefix_twin_bf16.hpp (shared with the CPU twins).
 //
-// Kernels (mma.sync m16n8k16 BF16 tensor cores, fp32 accumulation):
-//   decompress: one CTA per (64 prefix tokens, head): [64, d_c] x [d_c, d_n + d_v] per head,
-//               rounded to bf16 into K (with k_pe copied) and V.
-//   attention:  one CTA per (128 query rows, prefix split, head): 8 warps of 16 rows, Q in
-//               registers, 64-token K/V tiles double-buffered in shared memory (cp.async),
-//               online softmax in base 2; rows = B * s_q is the GEMM's M dimension.
+// Kernels (BF16 tensor cores, fp32 accumulation):
+//   decompress: one CTA per (64 prefix tokens, head): [64, d_c] x [d_c, d_n + d_v] per head
+//               (mma.sync), rounded to bf16 into K (with k_pe copied) and V.
+//   attention:  one CTA per (128 query rows, prefix split, head); rows = B * s_q is the GEMM's
+//               M dimension, 64-token K/V tiles, online softmax in base 2. Head shape (192, 128):
+//               wgmma, TMA ring, 2 consumer warpgroups of 64 rows (prefix_attention_wgmma.cu);
+//               (96, 64) and PrefixKernel::kMmaSync: 8 warps of 16 rows on mma.sync, K/V tiles
+//               double-buffered with cp.async (prefix_attention.cu).
 //   merge:      one CTA per (64 rows, head): o_lat [64, d_c] x W_UV[h]^T, merged in the epilogue
 //               with the prefix splits by natural-log LSE; bf16 output.
 // All launches are asynchronous on `stream`, allocate nothing and do not synchronise the host.

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -104,6 +105,14 @@ class Timer {
   cudaEvent_t a_, b_;
 };
 
+// This file is C++17 (CUDA_STANDARD 17), core/dtype.hpp is C++20.
+float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 struct Ceilings {
   double copy_gbs = 0, read_gbs = 0, gemm_tflops = 0;
 };
@@ -176,6 +185,12 @@ struct Prefix {
 struct Timing {
   int batch = 0;
   double mixed_us = 0, absorb_us = 0, absorb_core_us = 0, prefix_us = 0, suffix_us = 0, merge_us = 0, expand_us = 0;
+  // The same with the mma.sync prefix kernel (the default is the wgmma kernel).
+  double mixed_mma_us = 0, prefix_mma_us = 0;
+  // Outputs of the two mixed variants on the same inputs: rel. L2 of wgmma vs mma.sync, and the
+  // count of non-finite outputs of either (the bench's own check at full size).
+  double kernels_rel_l2 = -1;
+  long long nonfinite = 0;
   int splits = 0;
 };
 
@@ -290,6 +305,11 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     ap.splits = t.splits;
     ap.scale = p.suffix.scale;
     t.prefix_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
+    ap.kernel = quant::PrefixKernel::kMmaSync;
+    t.prefix_mma_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
+    quant::MixedDecodeParams pm = p;
+    pm.prefix_kernel = quant::PrefixKernel::kMmaSync;
+    t.mixed_mma_us = timer.median_us([&] { kernels::mixed_decode_bf16(pm, nullptr); }, o.runs, 1);
     quant::PrefixMergeParams mp;
     mp.o_lat = o_lat.as<uint16_t>();
     mp.lse_lat = lse_lat.as<float>();
@@ -307,6 +327,24 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     mp.splits = t.splits;
     t.merge_us = timer.median_us([&] { kernels::prefix_merge_bf16(mp, nullptr); }, o.runs, 1);
     ck(cudaDeviceSynchronize(), "parts");
+    std::vector<uint16_t> o_w(rows * H * kDv), o_m(o_w.size());
+    ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
+    kernels::mixed_decode_bf16(p, nullptr);
+    ck(cudaMemcpy(o_w.data(), out.p, o_w.size() * 2, cudaMemcpyDeviceToHost), "download");
+    ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
+    kernels::mixed_decode_bf16(pm, nullptr);
+    ck(cudaMemcpy(o_m.data(), out.p, o_m.size() * 2, cudaMemcpyDeviceToHost), "download");
+    double num = 0, den = 0;
+    for (size_t i = 0; i < o_w.size(); ++i) {
+      const double a = bf16_value(o_w[i]), b = bf16_value(o_m[i]);
+      if (!std::isfinite(a) || !std::isfinite(b)) {
+        ++t.nonfinite;
+        continue;
+      }
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    t.kernels_rel_l2 = den > 0 ? std::sqrt(num / den) : -1;
   }
   return t;
 }
@@ -361,10 +399,10 @@ std::string run_prefix_bench(const PrefixOptions& o) {
       js["decompressed_prefix_mb"] = mem.decompressed_bytes / 1e6;
       std::printf("\nH=%d d_c=%d d_r=%d d_n=%d d_v=%d, shared prefix %d, own %d tokens per request, s_q=%d, page %d\n"
                   "  prefix decompress (once per prefix): %.1f us, %.0f MB of K/V\n"
-                  "  %6s %10s %10s %7s | %9s %9s %9s %8s %7s | %8s %7s\n",
+                  "  %6s %10s %10s %7s | %9s %9s %9s %8s %7s | %8s %7s | %9s %9s %7s | %s\n",
                   H, kDc, kDr, kDn, kDv, L, o.suffix, o.s_q, o.page, pre.decompress_us, mem.decompressed_bytes / 1e6,
                   "B", "absorb us", "mixed us", "speedup", "prefix us", "suffix us", "merge us", "splits", "pre TF/s",
-                  "model x", "abs TF/s");
+                  "model x", "abs TF/s", "mixed mma", "pre mma", "TF/s", "wgmma vs mma rel L2, non-finite");
       std::vector<Timing> all;
       auto report = [&](const Timing& t, bool parts) {
         const model::PrefixCost cost = model::prefix_cost(shape, t.batch, L, o.suffix);
@@ -384,14 +422,20 @@ std::string run_prefix_bench(const PrefixOptions& o) {
           r["merge_us"] = t.merge_us;
           r["expand_us"] = t.expand_us;
           r["prefix_tflops"] = pre_tflops;
+          r["prefix_mma_us"] = t.prefix_mma_us;
+          r["wgmma_vs_mma_rel_l2"] = t.kernels_rel_l2;
+          r["nonfinite_outputs"] = t.nonfinite;
+          r["mixed_mma_us"] = t.mixed_mma_us;
+          r["prefix_mma_tflops"] = t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0;
           r["prefix_frac_gemm"] = pre_tflops / c.gemm_tflops;
           r["absorb_core_tflops"] = abs_tflops;
           r["absorb_frac_gemm"] = abs_tflops / c.gemm_tflops;
         }
         if (parts)
-          std::printf("  %6d %10.1f %10.1f %6.2fx | %9.1f %9.1f %9.1f %8d %7.0f | %7.2fx %7.0f\n", t.batch, t.absorb_us,
-                      t.mixed_us, t.absorb_us / t.mixed_us, t.prefix_us, t.suffix_us, t.merge_us, t.splits, pre_tflops,
-                      model_x, abs_tflops);
+          std::printf("  %6d %10.1f %10.1f %6.2fx | %9.1f %9.1f %9.1f %8d %7.0f | %7.2fx %7.0f | %9.1f %9.1f %7.0f | %.1e %lld\n",
+                      t.batch, t.absorb_us, t.mixed_us, t.absorb_us / t.mixed_us, t.prefix_us, t.suffix_us, t.merge_us,
+                      t.splits, pre_tflops, model_x, abs_tflops, t.mixed_mma_us, t.prefix_mma_us,
+                      2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6, t.kernels_rel_l2, t.nonfinite);
         else
           std::printf("  %6d %10.1f %10.1f %6.2fx | (crossover sweep)\n", t.batch, t.absorb_us, t.mixed_us,
                       t.absorb_us / t.mixed_us);

@@ -1,0 +1,305 @@
+// Naive prefix attention on wgmma (sm_90a) for the DeepSeek-V3 / Kimi-K2 head shape
+// ((d_n + d_r, d_v) = (192, 128)): the same tiles, splits and rounding points as the mma.sync
+// kernel (prefix_attention.cu) and its twin (quant/prefix_twin_bf16.hpp), on the warpgroup MMA.
+//
+// One CTA per (128 query rows, prefix split, head), 3 warpgroups:
+//   producer (warpgroup 2, one thread): TMA boxes of 64 columns x 64 prefix tokens (128-byte
+//     swizzle, the wgmma K-major layout) from K [L_s, H, 192] and V [L_s, H, 128] viewed as 3-D
+//     tensors (columns, heads, tokens) into a 4-stage full/empty mbarrier ring (K: 3 boxes,
+//     V: 2 boxes per stage); tokens past L_s arrive as zeros.
+//   consumers (warpgroups 0 and 1, 64 query rows each, independent of each other):
+//     S = Q K^T: wgmma m64n64k16 with Q in registers (loaded once from global in the A-fragment
+//       layout) and K from shared memory, so a k-step reads 2 KB of shared memory instead of 4
+//       (Q and K both from shared memory would sit at the shared-memory bandwidth limit);
+//     online softmax of the 64-token tile in registers (base 2, the twin's rounding points);
+//     O += P V: wgmma m64n128k16, P (bf16) in registers, V from shared memory (MN-major);
+//     the stage is released after the P.V completes.
+// The two consumer warpgroups drift against each other, so one's softmax can run under the
+// other's MMAs; no intra-warpgroup overlap (see docs/gpu-notes.md, issue 13).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/decode_device.cuh"
+#include "kernels/prefix_attention.hpp"
+#include "kernels/prefix_device.cuh"
+#include "kernels/wgmma_ops.cuh"
+
+namespace mla::kernels::prefix {
+namespace {
+
+using detail::fence_proxy_async;
+using detail::gmma_desc;
+using detail::kLn2;
+using detail::kLog2e;
+using detail::mbar_arrive;
+using detail::mbar_arrive_expect_tx;
+using detail::mbar_init;
+using detail::mbar_wait;
+using detail::pack_bf16;
+using detail::smem_u32;
+
+constexpr int kDqk = 192, kDv = 128;
+constexpr int kTile = quant::kPrefixTile;  // 64 prefix tokens per tile
+constexpr int kThreads = 384;              // 2 consumer warpgroups + 1 producer warpgroup
+constexpr int kStages = 4;
+constexpr uint32_t kBlk = 8192;               // one 64-token x 64-column box (128 B rows)
+constexpr int kKBlk = kDqk / 64, kVBlk = kDv / 64;
+constexpr uint32_t kStageBytes = (kKBlk + kVBlk) * kBlk;  // 40 KB
+// 1 KB alignment slack (the 128-byte swizzle pattern needs 1024-byte aligned boxes), the ring,
+// 2 S mbarriers.
+constexpr size_t kSmemBytes = 1024 + kStages * size_t(kStageBytes) + 2 * kStages * 8;
+static_assert(kSmemBytes <= 232448, "shared memory per block");
+static_assert(quant::kPrefixRowsPerBlock == 128, "two consumer warpgroups of 64 rows");
+
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// The maps are __grid_constant__ parameters and no launch here uses programmatic dependent launch
+// (docs/gpu-notes.md, v4: a parameter map failed only together with PDL).
+__global__ void __launch_bounds__(kThreads, 1)
+    prefix_attn_wgmma_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                             const PrefixAttnParams p, int per_split) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t sKV = (raw + 1023u) & ~1023u;
+  const uint32_t bar0 = sKV + kStages * kStageBytes;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int split = blockIdx.y, h = blockIdx.z, H = p.heads;
+  const int j_begin = split * per_split;
+  const int j_end = min(p.prefix_len, j_begin + per_split);
+  const int n_tiles = j_end > j_begin ? (j_end - j_begin + kTile - 1) / kTile : 0;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar0 + 8 * s, 1);                // the producer's arrive + the TMA bytes
+      mbar_init(bar0 + 8 * (kStages + s), 8);    // one arrive per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA boxes ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      for (int t = 0; t < n_tiles; ++t) {
+        const int stage = t % kStages;
+        mbar_wait(bar0 + 8 * (kStages + stage), ((t / kStages) & 1) ^ 1);
+        const uint32_t full = bar0 + 8 * stage, dst = sKV + stage * kStageBytes;
+        mbar_arrive_expect_tx(full, kStageBytes);
+        const int j0 = j_begin + t * kTile;
+        for (int kb = 0; kb < kKBlk; ++kb) tma_load_3d(dst + kb * kBlk, &k_map, kb * 64, h, j0, full);
+        for (int vb = 0; vb < kVBlk; ++vb) tma_load_3d(dst + (kKBlk + vb) * kBlk, &v_map, vb * 64, h, j0, full);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup wg owns query rows 64 wg .. 64 wg + 63 of the block ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp / 4, wiw = warp % 4, g = lane / 4, tq = lane % 4;
+  const int row_lo = blockIdx.x * quant::kPrefixRowsPerBlock + wg * 64 + wiw * 16 + g, row_hi = row_lo + 8;
+  const float neg_inf = -__int_as_float(0x7f800000);
+
+  // Q as wgmma A fragments (per warp the mma.sync m16n8k16 A layout): qf[ks] covers columns
+  // 16 ks .. 16 ks + 15 of rows row_lo / row_hi; rows past p.rows are zeros (never stored).
+  uint32_t qf[kDqk / 16][4];
+  {
+    const bool lo_ok = row_lo < p.rows, hi_ok = row_hi < p.rows;
+    const uint32_t* q_lo = reinterpret_cast<const uint32_t*>(p.q + (static_cast<size_t>(lo_ok ? row_lo : 0) * H + h) * kDqk);
+    const uint32_t* q_hi = reinterpret_cast<const uint32_t*>(p.q + (static_cast<size_t>(hi_ok ? row_hi : 0) * H + h) * kDqk);
+#pragma unroll
+    for (int ks = 0; ks < kDqk / 16; ++ks) {
+      const int c = ks * 8 + tq;  // in bf16 pairs
+      qf[ks][0] = lo_ok ? q_lo[c] : 0u;
+      qf[ks][1] = hi_ok ? q_hi[c] : 0u;
+      qf[ks][2] = lo_ok ? q_lo[c + 4] : 0u;
+      qf[ks][3] = hi_ok ? q_hi[c + 4] : 0u;
+    }
+  }
+
+  float acc[kDv / 2];  // O: wgmma m64n128 accumulators (row g / g + 8, columns 8 n + 2 tq + {0, 1})
+#pragma unroll
+  for (int i = 0; i < kDv / 2; ++i) acc[i] = 0.f;
+  float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
+  const float scale_log2 = p.scale * kLog2e;
+  float sv[32];       // S, then P (fp32) of the current tile
+  uint32_t pa[4][4];  // P as A fragments, one per 16-token k-step
+
+  // A warpgroup whose 64 rows all lie past p.rows (the second one of a last, partial row block,
+  // e.g. at B s_q = 64) computes nothing and only keeps the ring's protocol: it waits for each
+  // stage to be full before releasing it, so its arrivals never count towards a later use.
+  const bool active = blockIdx.x * quant::kPrefixRowsPerBlock + wg * 64 < p.rows;
+  for (int t = 0; t < n_tiles; ++t) {
+    const int stage = t % kStages;
+    const uint32_t kt = sKV + stage * kStageBytes, vt = kt + kKBlk * kBlk;
+    mbar_wait(bar0 + 8 * stage, (t / kStages) & 1);
+    if (!active) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar0 + 8 * (kStages + stage));
+      continue;
+    }
+
+    // S = Q K^T (12 k-steps of 16 columns: byte column kb of the 128-byte-swizzled K boxes).
+#pragma unroll
+    for (int ks = 0; ks < kDqk / 16; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) gmma::fence_operand(qf[ks][r]);
+    gmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kDqk / 16; ++ks) {
+      const uint32_t kb = ks * 32;
+      wgmma_rs_n64_kmajor(sv, qf[ks], gmma_desc(kt + (kb >> 7) * kBlk + (kb & 127), 16, 1024), ks > 0 ? 1 : 0);
+    }
+    gmma::commit();
+    gmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+
+    // Online softmax of the tile (base 2), tokens at or past the run's end masked. Every tile
+    // holds at least one key of the run, so the new row max is finite.
+    const int j0 = j_begin + t * kTile;
+    float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int hh = (i >> 1) & 1;
+      const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+      const float x = j < j_end ? sv[i] * scale_log2 : neg_inf;
+      sv[i] = x;
+      tmax[hh] = fmaxf(tmax[hh], x);
+    }
+    float alpha[2], m_new[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      tmax[hh] = fmaxf(tmax[hh], __shfl_xor_sync(0xffffffffu, tmax[hh], 1));
+      tmax[hh] = fmaxf(tmax[hh], __shfl_xor_sync(0xffffffffu, tmax[hh], 2));
+      m_new[hh] = fmaxf(m_run[hh], tmax[hh]);
+      alpha[hh] = exp2f(m_run[hh] - m_new[hh]);
+      m_run[hh] = m_new[hh];
+    }
+    float lsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int hh = (i >> 1) & 1;
+      const float pv = exp2f(sv[i] - m_new[hh]);
+      lsum[hh] += pv;
+      sv[i] = pv;
+    }
+    l_run[0] = l_run[0] * alpha[0] + lsum[0];
+    l_run[1] = l_run[1] * alpha[1] + lsum[1];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      const int n0 = 2 * ks, n1 = 2 * ks + 1;
+      pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+      pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+      pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+      pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
+    }
+#pragma unroll
+    for (int i = 0; i < kDv / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
+
+    // O += P V (4 k-steps of 16 tokens; V's two 64-column boxes are 8 KB apart: LBO).
+#pragma unroll
+    for (int i = 0; i < kDv / 2; ++i) gmma::fence_operand(acc[i]);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+    gmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) gmma::wgmma_rs_n128(acc, pa[ks], gmma_desc(vt + ks * 2048, kBlk, 1024));
+    gmma::commit();
+    gmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < kDv / 2; ++i) gmma::fence_operand(acc[i]);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar0 + 8 * (kStages + stage));  // this warp is done with the stage
+  }
+
+  // Epilogue: complete the row sums over the quad, normalise, write the run's partials.
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 1);
+    l_run[hh] += __shfl_xor_sync(0xffffffffu, l_run[hh], 2);
+    const int row = hh ? row_hi : row_lo;
+    if (row >= p.rows) continue;
+    const float l = l_run[hh];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const size_t idx = (static_cast<size_t>(split) * p.rows + row) * H + h;
+    float2* dst = reinterpret_cast<float2*>(p.part_o + idx * kDv);
+#pragma unroll
+    for (int n = 0; n < kDv / 8; ++n)
+      dst[n * 4 + tq] = make_float2(acc[n * 4 + 2 * hh] * inv, acc[n * 4 + 2 * hh + 1] * inv);
+    if (tq == 0) p.part_lse[idx] = l > 0.f ? (m_run[hh] + log2f(l)) * kLn2 : neg_inf;
+  }
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn encode_tiled() {
+  static EncodeTiledFn fn = nullptr;
+  if (fn == nullptr) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || f == nullptr || q != cudaDriverEntryPointSuccess)
+      throw Error("prefix attention: driver entry point cuTensorMapEncodeTiled not found");
+    fn = reinterpret_cast<EncodeTiledFn>(f);
+  }
+  return fn;
+}
+
+// x [tokens, heads, cols] bf16 as a 3-D tensor (cols, heads, tokens); box 64 columns x 1 head x
+// 64 tokens with the 128-byte swizzle; tokens past `tokens` read as zeros.
+CUtensorMap make_map(const uint16_t* x, int cols, int heads, int tokens, const char* what) {
+  CUtensorMap m;
+  const cuuint64_t gdim[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(tokens)};
+  const cuuint64_t gstride[2] = {static_cast<cuuint64_t>(cols) * 2, static_cast<cuuint64_t>(cols) * heads * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(kTile)};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(x), gdim, gstride,
+                                    box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(std::string("prefix attention: cuTensorMapEncodeTiled failed for ") + what + " (" + std::to_string(r) +
+                "; the tensor must be 16-byte aligned)");
+  return m;
+}
+
+}  // namespace
+
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStream_t stream) {
+  if (p.d_n + p.d_r != kDqk || p.d_v != kDv)
+    throw InputError("prefix attention (wgmma): (d_n + d_r, d_v) = (" + std::to_string(p.d_n + p.d_r) + ", " +
+                     std::to_string(p.d_v) + ") (supported: (192, 128))");
+  static bool smem_set = false;
+  if (!smem_set) {
+    const cudaError_t e = cudaFuncSetAttribute(prefix_attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kSmemBytes));
+    if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): smem limit: ") + cudaGetErrorString(e));
+    smem_set = true;
+  }
+  const CUtensorMap km = make_map(p.k, kDqk, p.heads, p.prefix_len, "K");
+  const CUtensorMap vm = make_map(p.v, kDv, p.heads, p.prefix_len, "V");
+  const dim3 grid((p.rows + quant::kPrefixRowsPerBlock - 1) / quant::kPrefixRowsPerBlock, p.splits, p.heads);
+  prefix_attn_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): launch: ") + cudaGetErrorString(e));
+}
+
+}  // namespace mla::kernels::prefix
