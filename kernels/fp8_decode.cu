@@ -1,5 +1,7 @@
-// FP8 paged decode (fp8_decode.hpp): scheduler (the BF16 decode's, 64-token tiles), split kernel
-// below, LSE combine (the BF16 decode's).
+// FP8 paged decode (fp8_decode.hpp): scheduler (the BF16 decode's, 64-token tiles), split kernel,
+// LSE combine (the BF16 decode's). Requests of <= 32 query rows (s_q H) take the narrow split
+// kernel of kernels/fp8_decode_narrow.cu (transposed products, no 64-row padding); more rows take
+// the one below.
 //
 // Split kernel: one CTA per (split-KV part, 64-row block); 2 consumer warpgroups + 1 producer
 // warpgroup (setmaxnreg), a 2-stage ring of 64-token tiles filled with bulk copies: the format's
@@ -28,6 +30,7 @@
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_store.cuh"
 #include "kernels/fp8_append.hpp"
+#include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_wgmma.cuh"
 #include "kernels/mla_decode.hpp"
 #include "kernels/wgmma_ops.cuh"
@@ -37,8 +40,12 @@ namespace {
 
 using detail::check_cuda;
 using quant::kPartInfoInts;
+using fp8::desc_sw;
+using fp8::kT;
+using fp8::lds32;
+using fp8::pack_e4m3;
+using fp8::sts32;
 constexpr int kStages = 2;
-constexpr int kT = quant::kFp8DecodeTile;
 constexpr int kThreads = 384;
 
 template <int DC, int DR>
@@ -50,35 +57,11 @@ struct Cfg {
   static constexpr uint32_t kRSbo = 8 * kRB;  // 8-row swizzle atom
   static constexpr uint32_t kQ8 = 64 * DC;
   static constexpr uint32_t kQR = 64 * kRB;
-  static constexpr uint32_t kStageData = 64 * (DC + kRB) + 256;
-  static constexpr uint32_t kStage = (kStageData + 1023) / 1024 * 1024;
+  static constexpr uint32_t kStage = fp8::StageBytes<DC, DR>::kAligned;
   static constexpr uint32_t kVt = DC * 128;  // V^T: one 128-byte row per channel, 64 bytes used
   static constexpr uint32_t kXchg = 10 * 128 * 4;  // warpgroup 0 -> 1: 8 P registers + 2 row factors per thread
   static constexpr size_t smem() { return 1024 + kQ8 + kQR + kStages * kStage + kVt + kXchg + 8 * 2 * kStages; }
 };
-
-// Shared-memory matrix descriptor with swizzle mode `mode` (1: 128 B, 2: 64 B).
-__device__ __forceinline__ uint64_t desc_sw(uint32_t saddr, uint32_t sbo, int mode) {
-  uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>(1) << 16;
-  d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
-  d |= static_cast<uint64_t>(mode) << 62;
-  return d;
-}
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-// Four floats to four E4M3 bytes (a lowest), round to nearest even, saturating.
-__device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d) {
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
-}
 
 // Writes V^T for channels [c0, c0 + NH) of a tile into vt (K-major, 128-byte rows and swizzle):
 // row c - c0 holds the tile's tokens in the order k' the A fragment of the S accumulator uses.
@@ -99,10 +82,8 @@ __device__ __forceinline__ void transpose_half(uint32_t tile, uint32_t vt, int c
       const uint32_t a = tile + (c >> 7) * 8192 + T * 128 + ((((c & 127) >> 4) ^ (T & 7)) << 4) + (c & 15);
       v[e] = T < valid ? lds32(a) : 0u;
     }
-    const uint32_t lo01 = __byte_perm(v[0], v[1], 0x5140), hi01 = __byte_perm(v[0], v[1], 0x7362);
-    const uint32_t lo23 = __byte_perm(v[2], v[3], 0x5140), hi23 = __byte_perm(v[2], v[3], 0x7362);
-    const uint32_t o[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                           __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+    uint32_t o[4];
+    fp8::transpose4x4(v, o);
     const int kp = 4 * q4;
 #pragma unroll
     for (int ci = 0; ci < 4; ++ci) {
@@ -138,40 +119,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
   const int row0 = blockIdx.y * 64;
-  const quant::Fp8CacheLayout lay = p.layout();
-  const size_t page_bytes = lay.page_bytes();
 
   if (warp >= 8) {  // ---- producer: one thread issues the bulk copies ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp != 8 || lane != 0) return;
-    int it = 0;
-    for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
-      const int L = p.seqlens[b];
-      const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
-      const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
-      for (int ti = t; ti < stop; ++ti, ++it) {
-        const int stage = it % S;
-        const int j0 = ti * kT;
-        const int slot = j0 / p.page_size;
-        const int page = (j0 < L && slot < p.max_pages) ? ptab[slot] : -1;
-        const bool ok = page >= 0 && page < p.num_pages;
-        if (!ok && j0 < L && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
-        detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
-        const uint32_t full = bar0 + 8 * stage;
-        if (!ok) {
-          detail::mbar_arrive(full);
-          continue;
-        }
-        detail::mbar_arrive_expect_tx(full, C::kStageData);
-        const uint8_t* src = p.cache + static_cast<size_t>(page) * page_bytes;
-        const int off = j0 % p.page_size;
-        const uint32_t dst = sSt + stage * C::kStage;
-        for (int kb = 0; kb < DC / 128; ++kb)
-          detail::bulk_g2s(dst + kb * 8192, src + static_cast<size_t>(kb) * p.page_size * 128 + off * 128, 8192, full);
-        detail::bulk_g2s(dst + 64 * DC, src + lay.rope_offset() + off * C::kRB, 64 * C::kRB, full);
-        detail::bulk_g2s(dst + 64 * (DC + C::kRB), src + lay.scale_offset() + off * 4, 256, full);
-      }
-    }
+    if (warp == 8 && lane == 0) fp8::produce_tiles<DC, DR, S>(p, in, sSt, bar0);
     return;
   }
   // ---- consumers ----
@@ -213,23 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
     // ---- this request's 64 query rows: q8 and q_rope into the swizzled K-major layouts ----
     detail::named_bar_sync(1, 256);  // both warpgroups are done with the previous request's Q
-    {
-      const uint8_t* q8 = p.q8 + static_cast<size_t>(b) * rows * DC;
-      for (int c = ctid; c < 64 * (DC / 16); c += 256) {
-        const int r = c / (DC / 16), k = c % (DC / 16);
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(q8 + static_cast<size_t>(row0 + r) * DC + k * 16);
-        detail::st_shared_v4(sQ8 + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
-      }
-      const uint8_t* qr = reinterpret_cast<const uint8_t*>(p.q_rope) + static_cast<size_t>(b) * rows * C::kRB;
-      for (int c = ctid; c < 64 * (C::kRB / 16); c += 256) {
-        const int r = c / (C::kRB / 16), k = c % (C::kRB / 16);
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(qr + static_cast<size_t>(row0 + r) * C::kRB + k * 16);
-        detail::st_shared_v4(sQR + quant::fp8_swizzle(r * C::kRB + k * 16, C::kRB), v);
-      }
-      detail::fence_proxy_async();
-    }
+    fp8::load_query<DC, DR, 64>(p, b, rows, row0, sQ8, sQR, ctid, 256);
     detail::named_bar_sync(1, 256);
     float rowf[2];
 #pragma unroll
@@ -467,7 +402,8 @@ void fp8_decode(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
   const quant::Bf16DecodeParams po = output_shim(p, parts);
   const detail::Workspace w = detail::carve(po);
   decode_schedule_on_device(p.seqlens, p.batch, kT, parts, w.info, w.offsets, stream);
-  if (p.d_r == 64) launch_split_dc<64>(p, po, w, parts, stream);
+  if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream);
+  else if (p.d_r == 64) launch_split_dc<64>(p, po, w, parts, stream);
   else launch_split_dc<32>(p, po, w, parts, stream);
   detail::launch_combine(po, w, stream);
 }

@@ -1,0 +1,408 @@
+// The FP8 split kernel for requests of <= 32 query rows (s_q H: H <= 16 at s_q = 2, H <= 32 at
+// s_q = 1), called by fp8_decode (kernels/fp8_decode.cu) between the scheduler and the combine.
+//
+// The 64-row kernel puts query rows in wgmma's M (64 rows: 48 of them empty at H = 16) and builds
+// V^T in shared memory. Here the products are transposed so the rows are wgmma's N (16 or 32):
+//   S^T [64 tokens x N] = K8 Q8^T + K_rope Q_rope^T   A = the cache tile exactly as it lands (its
+//                                                     rows are tokens, K-major), B = the query;
+//   O^T [d_c x N] = O^T gamma + V8^T P8^T            A = V^T built in registers from the tile
+//                                                     (4x4 byte transposes; each thread owns
+//                                                     2 d_c / 128 contiguous channels, so its
+//                                                     loads are 8-byte rows of the tile), B = P^T
+//                                                     (N x 64 bytes in shared memory).
+// Warp roles (512 threads): warpgroup 0 computes S^T, the online softmax (per-row reductions over
+// the tile's 64 tokens: shuffles, then the 4 warps through shared memory) and writes P8^T and
+// the rows' rescale factors into one of two buffers; warpgroups 1 and 2 each own d_c / 2 output
+// channels and, per tile, load their V^T fragments, release the ring stage, then run P.V when
+// P^T arrives. So S + softmax of tile i+1 overlap P.V of tile i. Warpgroup 3: one thread issues
+// the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so 3 tiles stay in flight.
+// Numerics: the same rounding points as the 64-row kernel and the twin (quant/fp8_decode_twin):
+// logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
+// sigma = amax / 448, O and l in units of the current sigma.
+#include <cuda_fp8.h>
+
+#include "kernels/decode_launch.hpp"
+#include "kernels/fp8_decode_device.cuh"
+#include "kernels/fp8_wgmma.cuh"
+#include "kernels/wgmma_ops.cuh"
+
+namespace mla::kernels::fp8 {
+namespace {
+
+constexpr int kNThreads = 512;
+
+template <int DC, int DR, int N>
+struct NCfg {
+  static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
+  static constexpr int kCPT = 2 * kNB;           // contiguous channels per thread
+  static constexpr int kS = DC == 512 ? 4 : 6;   // ring stages
+  static constexpr int kRB = 2 * DR;             // rope row bytes
+  static constexpr int kRMode = kRB == 128 ? 1 : 2;
+  static constexpr uint32_t kRSbo = 8 * kRB;
+  static constexpr uint32_t kStage = StageBytes<DC, DR>::kAligned;
+  static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
+  // gamma [2][N], red [2][4][N], fin [N][2] floats
+  static constexpr uint32_t kSmall = (2 * N + 8 * N + 2 * N) * 4;
+  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + kSmall + 16 * kS; }
+};
+
+// Named barriers (id 0 is __syncthreads): all consumers around the query load; warpgroup 0's
+// cross-warp reductions; P^T buffer k full (warpgroup 0 arrives, 1-2 wait) and free (the
+// reverse); the epilogue's 1/l and LSE.
+constexpr int kBarQ = 1, kBarRed = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7;
+constexpr int kConsumers = 384;
+
+// Accumulator element (row m, column n) of an m64nN wgmma: thread (warp w, g, tq) holds
+// m = 16 w + g + 8 h, n = 8 j + 2 tq + e in register 4 j + 2 h + e. Its N / 4 columns c:
+__device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
+__host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
+
+// Warpgroup 0's reduction of v (one value per column, already reduced over the warp's 16
+// tokens) over its 4 warps through red[rb] (4 x N floats), max or sum; then the other buffer
+// (its readers have passed this barrier before anyone writes it again).
+template <int N, bool kSum>
+__device__ __forceinline__ void xwarp(float (&v)[N / 4], float* red, int& rb, int g, int wiw, int tq) {
+  float* r = red + rb * 4 * N;
+  if (g == 0)
+#pragma unroll
+    for (int c = 0; c < N / 4; ++c) r[wiw * N + acc_col(c, tq)] = v[c];
+  detail::named_bar_sync(kBarRed, 128);
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const int n = acc_col(c, tq);
+    v[c] = kSum ? (r[n] + r[N + n]) + (r[2 * N + n] + r[3 * N + n])
+                : fmaxf(fmaxf(r[n], r[N + n]), fmaxf(r[2 * N + n], r[3 * N + n]));
+  }
+  rb ^= 1;
+}
+
+template <int DC, int DR, int N>
+__global__ void __launch_bounds__(kNThreads, 1)
+    narrow_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
+                        const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = NCfg<DC, DR, N>;
+  constexpr int S = C::kS, NC = N / 4;  // NC: query rows per thread in an m64nN accumulator
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = detail::smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* gbase = smem_raw + (base - raw);
+  const uint32_t sQ8 = base, sQR = sQ8 + C::kQ8, sSt = sQR + C::kQR, sP = sSt + S * C::kStage;
+  const uint32_t sSmall = sP + 2 * C::kP;
+  float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));
+  float* red = gam + 2 * N;
+  float* fin = red + 8 * N;
+  const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      detail::mbar_init(bar0 + 8 * s, 1);
+      detail::mbar_init(bar0 + 8 * (S + s), 12);  // every consumer warp releases a stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int32_t* in = info + blockIdx.x * quant::kPartInfoInts;
+  const int end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+
+  if (warp >= 12) {  // ---- producer ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+  // Broadcast from lane 0 so ptxas knows the role is warp-uniform: an RS wgmma under a branch
+  // it cannot prove uniform is serialised (C7520).
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0), wiw = warp % 4;
+  const int g = lane / 4, tq = lane % 4;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  if (wg > 0) {  // both P^T buffers start free
+    detail::named_bar_arrive(kBarFree, kConsumers);
+    detail::named_bar_arrive(kBarFree + 1, kConsumers);
+  }
+  int split = in[4];
+  int it = 0, rb = 0;
+  for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
+    const int n_split = offsets[b + 1] - offsets[b];
+    const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
+    detail::named_bar_sync(kBarQ, kConsumers);  // warpgroup 0 is done with the previous query
+    load_query<DC, DR, N>(p, b, rows, 0, sQ8, sQR, threadIdx.x, kConsumers);
+    detail::named_bar_sync(kBarQ, kConsumers);
+    if (wg == 0) {
+      // ======== S^T, online softmax, P8^T ========
+      float rowf[NC], m_run[NC], l_run[NC], sig[NC];
+      int lim_off[NC];
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        const int n = acc_col(c, tq);
+        rowf[c] = n < rows ? p.q_scale[static_cast<size_t>(b) * rows + n] * (p.scale * detail::kLog2e) : 0.f;
+        lim_off[c] = p.s_q - 1 - min(n / p.heads, p.s_q - 1);
+        m_run[c] = neg_inf;
+        l_run[c] = 0.f;
+        sig[c] = 1.f;
+      }
+      const int m0 = 16 * wiw + g;  // this thread's tokens in a tile: m0, m0 + 8
+      for (int ti = t; ti < stop; ++ti, ++it) {
+        const int stage = it % S;
+        const uint32_t st = sSt + stage * C::kStage;
+        const int j0 = ti * kT;
+        const int slot = j0 / p.page_size;
+        const int page = (j0 < L && slot < p.max_pages) ? ptab[slot] : -1;
+        const int valid = (page >= 0 && page < p.num_pages) ? min(kT, L - j0) : 0;
+        detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        float sv[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+          sv[i] = 0.f;
+          gmma::fence_operand(sv[i]);
+        }
+        gmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < DC / 32; ++kk) {
+          const uint32_t kb = kk * 32;
+          ss_e4m3_narrow<N>(sv, desc_sw(st + (kb >> 7) * 8192 + (kb & 127), 1024, 1),
+                            desc_sw(sQ8 + (kb >> 7) * (N * 128) + (kb & 127), 1024, 1));
+        }
+#pragma unroll
+        for (int kk = 0; kk < DR / 16; ++kk)
+          ss_bf16_narrow<N>(sv, desc_sw(st + 64 * DC + kk * 32, C::kRSbo, C::kRMode),
+                            desc_sw(sQR + kk * 32, C::kRSbo, C::kRMode));
+        gmma::commit();
+        gmma::wait<0>();
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) gmma::fence_operand(sv[i]);
+        const float* skp = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
+        const float sk[2] = {skp[m0], skp[m0 + 8]};
+        __syncwarp();
+        if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));  // S and s_k read: stage free for us
+        int lim[NC];
+        float tmax[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          lim[c] = min(L - lim_off[c], j0 + valid);
+          tmax[c] = neg_inf;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = acc_reg(c, h);
+            const float x = (j0 + m0 + 8 * h < lim[c]) ? (sv[i] * sk[h]) * rowf[c] : neg_inf;
+            sv[i] = x;
+            tmax[c] = fmaxf(tmax[c], x);
+          }
+#pragma unroll
+          for (int o = 4; o < 32; o *= 2) tmax[c] = fmaxf(tmax[c], __shfl_xor_sync(0xffffffffu, tmax[c], o));
+        }
+        xwarp<N, false>(tmax, red, rb, g, wiw, tq);
+        float m_use[NC], alpha[NC], psum[NC], amax[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          const float m_new = fmaxf(m_run[c], tmax[c]);
+          m_use[c] = (m_new == neg_inf) ? 0.f : m_new;
+          alpha[c] = exp2f(m_run[c] - m_use[c]);
+          m_run[c] = m_new;
+          psum[c] = 0.f;
+          amax[c] = 0.f;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = acc_reg(c, h);
+            const bool live = j0 + m0 + 8 * h < lim[c];
+            const float pv = live ? exp2f(sv[i] - m_use[c]) : 0.f;
+            psum[c] += pv;
+            const float pp = live ? pv * sk[h] : 0.f;
+            amax[c] = fmaxf(amax[c], pp);
+            sv[i] = pp;
+          }
+#pragma unroll
+          for (int o = 4; o < 32; o *= 2) amax[c] = fmaxf(amax[c], __shfl_xor_sync(0xffffffffu, amax[c], o));
+        }
+        xwarp<N, false>(amax, red, rb, g, wiw, tq);
+        const int pb = it & 1;
+        const uint32_t pt = sP + pb * C::kP;
+        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          const float sg = amax[c] > 0.f ? amax[c] / quant::kFp8CacheMax : sig[c];
+          const float inv = 1.f / sg;
+          const float gamma = alpha[c] * (sig[c] * inv);
+          l_run[c] = l_run[c] * gamma + psum[c] * inv;
+          sig[c] = sg;
+          // P^T row n (128-byte rows, 128-byte swizzle): tokens m0 and m0 + 8 share a 16-byte chunk
+          const int n = acc_col(c, tq);
+          const uint32_t two = __nv_cvt_float2_to_fp8x2(make_float2(sv[acc_reg(c, 0)] * inv, sv[acc_reg(c, 1)] * inv),
+                                                        __NV_SATFINITE, __NV_E4M3);
+          const uint32_t a = pt + n * 128 + (((m0 >> 4) ^ (n & 7)) << 4) + (m0 & 15);
+          sts8(a, two & 0xFFu);
+          sts8(a + 8, two >> 8);
+          if (wiw == 0 && g == 0) gam[pb * N + n] = gamma;
+        }
+        detail::fence_proxy_async();
+        detail::named_bar_arrive(kBarFull + pb, kConsumers);
+      }
+      // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 per row ----
+#pragma unroll
+      for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int o = 4; o < 32; o *= 2) l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], o);
+      xwarp<N, true>(l_run, red, rb, g, wiw, tq);
+      if (wiw == 0 && g == 0)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+          const int n = acc_col(c, tq);
+          const float l = l_run[c];
+          const bool empty = l == 0.f;
+          fin[2 * n] = empty ? 0.f : 1.f / l;
+          fin[2 * n + 1] = empty ? neg_inf : (m_run[c] + log2f(sig[c] * l)) * detail::kLn2;
+        }
+      detail::named_bar_arrive(kBarFin, kConsumers);
+    } else {
+      // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
+      constexpr int NB = C::kNB, CPT = C::kCPT;
+      // Accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h.
+      const int c0 = (wg - 1) * (DC / 2) + (8 * wiw + g) * CPT;
+      const uint32_t cofs = (c0 >> 7) * 8192 + (c0 & 15);
+      const int chunk = (c0 & 127) >> 4;
+      float acc[NB][N / 2];
+#pragma unroll
+      for (int mb = 0; mb < NB; ++mb)
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) acc[mb][i] = 0.f;
+      for (int ti = t; ti < stop; ++ti, ++it) {
+        const int stage = it % S;
+        const uint32_t st = sSt + stage * C::kStage;
+        const int j0 = ti * kT;
+        const int slot = j0 / p.page_size;
+        const int page = (j0 < L && slot < p.max_pages) ? ptab[slot] : -1;
+        const int valid = (page >= 0 && page < p.num_pages) ? min(kT, L - j0) : 0;
+        detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        // A fragment (8-bit, m64k32): register v1 + 2 v2 holds row 16 wiw + g + 8 v1 at
+        // k = 16 v2 + 4 tq + 0..3; k is the token (natural order, as P^T's rows are written).
+        // Tokens >= valid read as 0: their bytes may be NaN.
+        uint32_t fr[2][NB][4];
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int v2 = 0; v2 < 2; ++v2) {
+            uint32_t wv[(CPT + 3) / 4][4];
+#pragma unroll
+            for (int v0 = 0; v0 < 4; ++v0) {
+              const int T = 32 * ks + 16 * v2 + 4 * tq + v0;
+              const uint32_t a = st + cofs + T * 128 + ((chunk ^ (T & 7)) << 4);
+              // Loaded unconditionally (the address is inside the stage), then selected: a load
+              // under a branch ptxas cannot see is warp-uniform serialises the wgmmas (C7520).
+              const bool ok = T < valid;
+              if constexpr (CPT == 8) {
+                const uint2 x = lds64(a);
+                wv[0][v0] = ok ? x.x : 0u;
+                wv[1][v0] = ok ? x.y : 0u;
+              } else if constexpr (CPT == 4) {
+                const uint32_t x = lds32(a);
+                wv[0][v0] = ok ? x : 0u;
+              } else {
+                const uint32_t x = lds16(a);
+                wv[0][v0] = ok ? x : 0u;
+              }
+            }
+#pragma unroll
+            for (int u = 0; u < (CPT + 3) / 4; ++u) {
+              uint32_t o[4];
+              transpose4x4(wv[u], o);
+#pragma unroll
+              for (int q = 0; q < (CPT < 4 ? CPT : 4); ++q) {
+                const int ch = 4 * u + q;
+                fr[ks][ch >> 1][(ch & 1) + 2 * v2] = o[q];
+              }
+            }
+          }
+        __syncwarp();
+        if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
+        const int pb = it & 1;
+        detail::named_bar_sync(kBarFull + pb, kConsumers);
+        float gm[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) gm[c] = gam[pb * N + acc_col(c, tq)];
+#pragma unroll
+        for (int mb = 0; mb < NB; ++mb)
+#pragma unroll
+          for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              acc[mb][acc_reg(c, h)] *= gm[c];
+              gmma::fence_operand(acc[mb][acc_reg(c, h)]);
+            }
+        gmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int mb = 0; mb < NB; ++mb)
+            rs_e4m3_narrow<N>(acc[mb], fr[ks][mb], desc_sw(sP + pb * C::kP + ks * 32, 1024, 1));
+        gmma::commit();
+        gmma::wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < NB; ++mb)
+#pragma unroll
+          for (int i = 0; i < N / 2; ++i) gmma::fence_operand(acc[mb][i]);
+        detail::named_bar_arrive(kBarFree + pb, kConsumers);
+      }
+      // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
+      detail::named_bar_sync(kBarFin, kConsumers);
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        const int n = acc_col(c, tq);
+        if (n >= rows) continue;
+        const float inv = fin[2 * n], lse = fin[2 * n + 1];
+        if (n_split == 1) {
+          uint32_t w[NB];
+#pragma unroll
+          for (int mb = 0; mb < NB; ++mb) w[mb] = detail::pack_bf16(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
+          uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + n) * DC + c0;
+          if constexpr (NB == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+          else if constexpr (NB == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+          else *reinterpret_cast<uint32_t*>(dst) = w[0];
+          if (wg == 1 && wiw == 0 && g == 0) p.lse[static_cast<size_t>(b) * rows + n] = lse;
+        } else {
+          float* dst = o_acc + (static_cast<size_t>(split) * rows + n) * DC + c0;
+#pragma unroll
+          for (int mb = 0; mb < NB; ++mb)
+            *reinterpret_cast<float2*>(dst + 2 * mb) = make_float2(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
+          if (wg == 1 && wiw == 0 && g == 0) lse_acc[static_cast<size_t>(split) * rows + n] = lse;
+        }
+      }
+    }
+  }
+  if (wg == 0) {  // the last phase of each buffer that warpgroups 1-2 opened
+    detail::named_bar_sync(kBarFree, kConsumers);
+    detail::named_bar_sync(kBarFree + 1, kConsumers);
+  }
+}
+
+template <int DC, int DR, int N>
+void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  static bool smem_set = false;
+  const size_t smem = NCfg<DC, DR, N>::smem();
+  detail::set_smem_limit_once(narrow_split_kernel<DC, DR, N>, smem, smem_set, "fp8 narrow decode smem attribute");
+  narrow_split_kernel<DC, DR, N><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
+  detail::check_cuda(cudaGetLastError(), "fp8 narrow decode split launch");
+}
+
+template <int DC, int DR>
+void launch_n(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  if (p.s_q * p.heads <= 16) launch_cfg<DC, DR, 16>(p, w, parts, stream);
+  else launch_cfg<DC, DR, 32>(p, w, parts, stream);
+}
+
+template <int DR>
+void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  if (p.d_c == 128) launch_n<128, DR>(p, w, parts, stream);
+  else if (p.d_c == 256) launch_n<256, DR>(p, w, parts, stream);
+  else launch_n<512, DR>(p, w, parts, stream);
+}
+
+}  // namespace
+
+void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  if (p.d_r == 64) launch_dc<64>(p, w, parts, stream);
+  else launch_dc<32>(p, w, parts, stream);
+}
+
+}  // namespace mla::kernels::fp8
