@@ -70,9 +70,11 @@ struct StageBytes {
 // ring stage to be released (empty[s] at bar0 + 8 (S + s)), then issues the stage's bulk copies
 // completing on full[s] (bar0 + 8 s). A tile without a valid page (past the table, a sentinel or
 // an out-of-range id) arrives without data; an out-of-range id inside a request raises the flag.
+// With sValid != 0 the tile's valid token count (0 without a page) is stored at sValid + 4 s
+// before the arrival, so the consumers need no page-table read of their own.
 template <int DC, int DR, int S>
 __device__ __forceinline__ void produce_tiles(const quant::Fp8DecodeParams& p, const int32_t* in, uint32_t sSt,
-                                              uint32_t bar0) {
+                                              uint32_t bar0, uint32_t sValid = 0) {
   using SB = StageBytes<DC, DR>;
   const quant::Fp8CacheLayout lay = p.layout();
   const size_t page_bytes = lay.page_bytes();
@@ -91,6 +93,7 @@ __device__ __forceinline__ void produce_tiles(const quant::Fp8DecodeParams& p, c
       if (!ok && j0 < L && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
       detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
       const uint32_t full = bar0 + 8 * stage;
+      if (sValid != 0) sts32(sValid + 4 * stage, ok ? static_cast<uint32_t>(min(kT, L - j0)) : 0u);
       if (!ok) {
         detail::mbar_arrive(full);
         continue;

@@ -43,7 +43,8 @@ struct NCfg {
   static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
   // gamma [2][N], red [2][4][N], fin [N][2] floats
   static constexpr uint32_t kSmall = (2 * N + 8 * N + 2 * N) * 4;
-  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + kSmall + 16 * kS; }
+  // + full/empty barriers and each stage's valid token count
+  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + kSmall + 16 * kS + 4 * kS; }
 };
 
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; warpgroup 0's
@@ -92,6 +93,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
   float* red = gam + 2 * N;
   float* fin = red + 8 * N;
   const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
 
   if (warp >= 12) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0);
+    if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
@@ -126,7 +128,6 @@ __global__ void __launch_bounds__(kNThreads, 1)
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
     const int n_split = offsets[b + 1] - offsets[b];
-    const int32_t* ptab = p.page_table + static_cast<size_t>(b) * p.max_pages;
     detail::named_bar_sync(kBarQ, kConsumers);  // warpgroup 0 is done with the previous query
     load_query<DC, DR, N>(p, b, rows, 0, sQ8, sQR, threadIdx.x, kConsumers);
     detail::named_bar_sync(kBarQ, kConsumers);
@@ -148,10 +149,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         const int j0 = ti * kT;
-        const int slot = j0 / p.page_size;
-        const int page = (j0 < L && slot < p.max_pages) ? ptab[slot] : -1;
-        const int valid = (page >= 0 && page < p.num_pages) ? min(kT, L - j0) : 0;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         float sv[N / 2];
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) {
@@ -271,10 +270,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         const int j0 = ti * kT;
-        const int slot = j0 / p.page_size;
-        const int page = (j0 < L && slot < p.max_pages) ? ptab[slot] : -1;
-        const int valid = (page >= 0 && page < p.num_pages) ? min(kT, L - j0) : 0;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         // A fragment (8-bit, m64k32): register v1 + 2 v2 holds row 16 wiw + g + 8 v1 at
         // k = 16 v2 + 4 tq + 0..3; k is the token (natural order, as P^T's rows are written).
         // Tokens >= valid read as 0: their bytes may be NaN.
