@@ -266,6 +266,7 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
   p.out = out.as<uint16_t>();
   p.lse = lse.as<float>();
   p.b_theta = 0.0;  // mixed
+  p.prefix_kernel = o.mma_only ? quant::PrefixKernel::kMmaSync : quant::PrefixKernel::kAuto;
   Buf ws_prefix(kernels::mixed_prefix_workspace_bytes(p));
   p.prefix_workspace = ws_prefix.p;
   p.prefix_workspace_bytes = ws_prefix.bytes;
@@ -304,12 +305,15 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     ap.prefix_len = pre.len;
     ap.splits = t.splits;
     ap.scale = p.suffix.scale;
+    ap.kernel = p.prefix_kernel;
     t.prefix_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
-    ap.kernel = quant::PrefixKernel::kMmaSync;
-    t.prefix_mma_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
     quant::MixedDecodeParams pm = p;
     pm.prefix_kernel = quant::PrefixKernel::kMmaSync;
-    t.mixed_mma_us = timer.median_us([&] { kernels::mixed_decode_bf16(pm, nullptr); }, o.runs, 1);
+    if (!o.mma_only) {
+      ap.kernel = quant::PrefixKernel::kMmaSync;
+      t.prefix_mma_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
+      t.mixed_mma_us = timer.median_us([&] { kernels::mixed_decode_bf16(pm, nullptr); }, o.runs, 1);
+    }
     quant::PrefixMergeParams mp;
     mp.o_lat = o_lat.as<uint16_t>();
     mp.lse_lat = lse_lat.as<float>();
@@ -327,24 +331,26 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     mp.splits = t.splits;
     t.merge_us = timer.median_us([&] { kernels::prefix_merge_bf16(mp, nullptr); }, o.runs, 1);
     ck(cudaDeviceSynchronize(), "parts");
-    std::vector<uint16_t> o_w(rows * H * kDv), o_m(o_w.size());
-    ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
-    kernels::mixed_decode_bf16(p, nullptr);
-    ck(cudaMemcpy(o_w.data(), out.p, o_w.size() * 2, cudaMemcpyDeviceToHost), "download");
-    ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
-    kernels::mixed_decode_bf16(pm, nullptr);
-    ck(cudaMemcpy(o_m.data(), out.p, o_m.size() * 2, cudaMemcpyDeviceToHost), "download");
-    double num = 0, den = 0;
-    for (size_t i = 0; i < o_w.size(); ++i) {
-      const double a = bf16_value(o_w[i]), b = bf16_value(o_m[i]);
-      if (!std::isfinite(a) || !std::isfinite(b)) {
-        ++t.nonfinite;
-        continue;
+    if (!o.mma_only) {  // the two prefix kernels' mixed outputs on the same inputs
+      std::vector<uint16_t> o_w(rows * H * kDv), o_m(o_w.size());
+      ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
+      kernels::mixed_decode_bf16(p, nullptr);
+      ck(cudaMemcpy(o_w.data(), out.p, o_w.size() * 2, cudaMemcpyDeviceToHost), "download");
+      ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
+      kernels::mixed_decode_bf16(pm, nullptr);
+      ck(cudaMemcpy(o_m.data(), out.p, o_m.size() * 2, cudaMemcpyDeviceToHost), "download");
+      double num = 0, den = 0;
+      for (size_t i = 0; i < o_w.size(); ++i) {
+        const double a = bf16_value(o_w[i]), b = bf16_value(o_m[i]);
+        if (!std::isfinite(a) || !std::isfinite(b)) {
+          ++t.nonfinite;
+          continue;
+        }
+        num += (a - b) * (a - b);
+        den += b * b;
       }
-      num += (a - b) * (a - b);
-      den += b * b;
+      t.kernels_rel_l2 = den > 0 ? std::sqrt(num / den) : -1;
     }
-    t.kernels_rel_l2 = den > 0 ? std::sqrt(num / den) : -1;
   }
   return t;
 }
@@ -435,7 +441,7 @@ std::string run_prefix_bench(const PrefixOptions& o) {
           std::printf("  %6d %10.1f %10.1f %6.2fx | %9.1f %9.1f %9.1f %8d %7.0f | %7.2fx %7.0f | %9.1f %9.1f %7.0f | %.1e %lld\n",
                       t.batch, t.absorb_us, t.mixed_us, t.absorb_us / t.mixed_us, t.prefix_us, t.suffix_us, t.merge_us,
                       t.splits, pre_tflops, model_x, abs_tflops, t.mixed_mma_us, t.prefix_mma_us,
-                      2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6, t.kernels_rel_l2, t.nonfinite);
+                      t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0, t.kernels_rel_l2, t.nonfinite);
         else
           std::printf("  %6d %10.1f %10.1f %6.2fx | (crossover sweep)\n", t.batch, t.absorb_us, t.mixed_us,
                       t.absorb_us / t.mixed_us);
