@@ -1,12 +1,13 @@
 #pragma once
-// bfloat16 helpers of the calibration code: the element types a capture may store
-// (docs/formats/capture.md), bit conversions, and the HDF5 type that describes bfloat16
-// (an IEEE-style float of 16 bits: sign 15, exponent 7..14 with bias 127, mantissa 0..6).
+// The element types a capture may store (docs/formats/capture.md) and the HDF5 type that
+// describes bfloat16: an IEEE-style float of 16 bits (sign 15, exponent 7..14 with bias 127,
+// mantissa 0..6). The conversions themselves are core's bf16_to_float / float_to_bf16.
 #include <hdf5.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
+
+#include "core/dtype.hpp"
 
 namespace mla::calib {
 
@@ -18,22 +19,6 @@ enum class StoredType : uint8_t {
 };
 const char* stored_type_name(StoredType t);
 inline std::size_t stored_bytes(StoredType t) { return t == StoredType::BF16 ? 2 : 4; }
-
-inline float widen_bf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-// Round to nearest even (the rounding of every BF16 writer: torch, XLA, vcvtneps2bf16) for
-// finite inputs; NaN stays NaN (quiet), Inf stays Inf.
-inline uint16_t round_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7f800000u) == 0x7f800000u) return static_cast<uint16_t>((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // A new HDF5 datatype describing bfloat16 (little-endian); the caller closes it (H5Tclose).
 hid_t make_bf16_h5_type();

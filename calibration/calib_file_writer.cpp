@@ -6,6 +6,7 @@
 
 #include "calibration/calibrate.hpp"
 #include "core/error.hpp"
+#include "io/calib_file.hpp"
 #include "io/hdf5.hpp"
 
 namespace mla::calib {
@@ -45,7 +46,7 @@ void write_codebook(io::h5::Group& parent, const std::string& name, const quant:
 void write_calib_h5(const CalibrationResult& r, const std::string& path) {
   io::h5::write_atomically(path, [&](io::h5::File& file) {
     auto& root = file.root();
-    root.set_attr("schema", "mla-calib/1");
+    root.set_attr("schema", io::kCalibSchema);
     root.set_attr("checkpoint_fingerprint", r.checkpoint_fingerprint);
     root.set_attr("model_type", r.model_type);
     root.set_attr("kv_lora_rank", r.d_c);
@@ -85,7 +86,7 @@ void write_calib_h5(const CalibrationResult& r, const std::string& path) {
       lg.set_attr("qk_objective", L.qk_objective);
       for (const auto& [g, per_basis] : L.slices) {
         for (const auto& [b, st] : per_basis) {
-          auto sg = lg.create_group("g" + std::to_string(g) + "/" + b);
+          auto sg = lg.create_group(io::calib_slicing_group(g, b));
           sg.write<double>("energy_fraction", st.f);
           sg.write<double>("energy_fraction_holdout", st.f_holdout);
           sg.write<double>("norm_rel_error_holdout", st.norm_rel_error);
@@ -153,7 +154,7 @@ std::string calib_summary_json(const CalibrationResult& r) {
                {"rotations", L.qk_rotations}};
     for (const auto& [g, per_basis] : L.slices) {
       for (const auto& [b, st] : per_basis) {
-        auto& s = l["g" + std::to_string(g)][b];
+        auto& s = l[io::calib_group_name(g)][b];
         s["f"] = st.f;
         s["norm_rel_error_holdout"] = st.norm_rel_error;
         if (L.have_pairs) {

@@ -49,7 +49,7 @@ struct RawRows {
   int64_t rows = 0, width = 0;
   std::size_t bytes() const { return static_cast<std::size_t>(rows * width) * stored_bytes(type); }
   float at(int64_t i) const {
-    return type == StoredType::BF16 ? widen_bf16(static_cast<const uint16_t*>(data)[i])
+    return type == StoredType::BF16 ? bf16_to_float(static_cast<const uint16_t*>(data)[i])
                                     : static_cast<const float*>(data)[i];
   }
 };

@@ -71,7 +71,7 @@ struct Packed {
 
 template <typename Src>
 float load_f(const Src* p, int64_t i) {
-  if constexpr (std::is_same_v<Src, uint16_t>) return widen_bf16(p[i]);
+  if constexpr (std::is_same_v<Src, uint16_t>) return bf16_to_float(p[i]);
   else return p[i];
 }
 
@@ -204,8 +204,8 @@ void multiply_portable(const Packed& P, int64_t rows, double* sum) {
       for (int h = 0; h < 2; ++h) {
         const int64_t t = 2 * k + h;
         if (t >= rows) break;
-        af[static_cast<std::size_t>(t) * d + p] = widen_bf16(static_cast<uint16_t>(a >> (16 * h)));
-        bf[static_cast<std::size_t>(t) * d + p] = widen_bf16(static_cast<uint16_t>(b >> (16 * h)));
+        af[static_cast<std::size_t>(t) * d + p] = bf16_to_float(static_cast<uint16_t>(a >> (16 * h)));
+        bf[static_cast<std::size_t>(t) * d + p] = bf16_to_float(static_cast<uint16_t>(b >> (16 * h)));
       }
     }
   }

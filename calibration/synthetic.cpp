@@ -67,7 +67,7 @@ void generate(uint64_t key, int64_t T, int64_t width, const std::vector<double>*
       const std::size_t i = i0 + j;
       float v = tab[(r >> (16 * j)) & 0xffffu];
       if (scaled) v = static_cast<float>(v * (*scale)[i % static_cast<std::size_t>(width)]);
-      if (dtype == StoredType::BF16) h[i] = round_bf16(v);
+      if (dtype == StoredType::BF16) h[i] = float_to_bf16(v);
       else f[i] = v;
     }
   }
@@ -81,13 +81,14 @@ void write_synthetic_capture(const std::string& path, const model::MlaConfig& cf
     throw InputError("synthetic capture: dtype must be float32 or bfloat16");
   io::h5::write_atomically(path, [&](io::h5::File& f) {
     auto& root = f.root();
-    root.set_attr("schema", io::kCaptureSchema);
-    root.set_attr("model_type", cfg.model_type);
-    root.set_attr("num_layers", spec.num_layers);
-    root.set_attr("hidden_size", cfg.hidden_size);
-    root.set_attr("source", "synthetic seed " + std::to_string(spec.seed) + " (" + stored_type_name(spec.dtype) + ")");
-    root.set_attr("corpus_sha256", "synthetic");
-    if (!spec.fingerprint.empty()) root.set_attr("checkpoint_fingerprint", spec.fingerprint);
+    io::CaptureMeta meta;
+    meta.model_type = cfg.model_type;
+    meta.num_layers = spec.num_layers;
+    meta.hidden_size = cfg.hidden_size;
+    meta.source = "synthetic seed " + std::to_string(spec.seed) + " (" + stored_type_name(spec.dtype) + ")";
+    meta.corpus_sha256 = "synthetic";
+    meta.checkpoint_fingerprint = spec.fingerprint;
+    io::write_capture_attributes(root, meta);
     const auto S = static_cast<uint64_t>(spec.sequences), T = static_cast<uint64_t>(spec.seq_len);
     std::vector<int32_t> tokens(S * T, 1);
     root.write<int32_t>("calib/tokens", {S, T}, tokens.data());

@@ -132,17 +132,22 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-float bf16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-uint16_t float_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // keep sign, quiet NaN
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 uint16_t double_to_bf16(double v) {
   return static_cast<uint16_t>(minifloat_encode(kBF16, v, 0x7FC0u));
+}
+
+uint16_t fast_double_to_bf16(double v) {
+  const double a = std::fabs(v);
+  // Normal BF16 range below 2^127 (no overflow possible): round the double's mantissa to 7 bits
+  // (ties to even) in the integer domain; the result is then exact as a float.
+  if (a >= 0x1p-126 && a < 0x1p127) {
+    uint64_t bits = std::bit_cast<uint64_t>(v);
+    bits += ((uint64_t{1} << 44) - 1) + ((bits >> 45) & 1);
+    bits &= ~((uint64_t{1} << 45) - 1);
+    const float f = static_cast<float>(std::bit_cast<double>(bits));  // exact: 8 significant bits, in range
+    return static_cast<uint16_t>(std::bit_cast<uint32_t>(f) >> 16);
+  }
+  return double_to_bf16(v);
 }
 
 float f16_to_float(uint16_t h) { return static_cast<float>(minifloat_decode(kF16, h)); }

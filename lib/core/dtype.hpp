@@ -9,6 +9,7 @@
 //   F8_E5M2  1-5-2,  bias 15,  IEEE semantics, max finite 57344
 //   F8_E8M0  0-8-0,  unsigned exponent 2^(e-127), 0xFF = NaN (OCP MX "UE8M0" scale)
 //   F4 E2M1  1-2-1,  bias 1,   values {0,0.5,1,1.5,2,3,4,6}, two per byte, low nibble first
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -31,10 +32,22 @@ std::optional<DType> parse_dtype(std::string_view name);
 bool dtype_is_float(DType t);
 
 // ---- scalar conversions (exact; round-to-nearest-even on encode) ----
-float bf16_to_float(uint16_t b);
-uint16_t float_to_bf16(float f);
+// BF16 is the top half of a float32: widening is a shift (inline: the calibration's moment
+// loops call it per element).
+inline float bf16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+// Round to nearest even (the rounding of torch, XLA and vcvtneps2bf16); Inf stays Inf, NaN
+// becomes a quiet NaN of the same sign.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
 // Rounds a double straight to BF16 (no double rounding through float).
 uint16_t double_to_bf16(double v);
+// The same result as double_to_bf16, faster on the normal range (integer rounding of the
+// double's mantissa); the converter's BF16 encoder. Tests compare the two.
+uint16_t fast_double_to_bf16(double v);
 float f16_to_float(uint16_t h);
 uint16_t float_to_f16(float f);
 float e4m3_to_float(uint8_t v);

@@ -1,4 +1,4 @@
-#include "io/atomic_dir.hpp"
+#include "io/atomic_output.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -236,6 +236,51 @@ void AtomicDirectory::commit() {
   committed_ = true;
   fsync_dir(parent_of(final_));
   if (!old.empty()) fs::remove_all(old, ec);
+}
+
+AtomicFile::AtomicFile(fs::path final_path) : final_(std::move(final_path)) {
+  if (final_.empty() || final_.filename().empty()) throw Error("output file: '" + final_.string() + "' is not a file path");
+  remove_stale_temporaries(final_);  // of earlier runs that were killed before the rename
+  tmp_ = hidden_sibling(parent_of(final_), final_.filename(), ".tmp-");
+}
+
+AtomicFile::~AtomicFile() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove(tmp_, ec);  // best effort; a destructor must not throw
+}
+
+void AtomicFile::commit() {
+  if (committed_) throw Error(final_.string() + ": commit() called twice");
+  std::error_code ec;
+  fs::rename(tmp_, final_, ec);
+  if (ec) throw Error(tmp_.string() + ": cannot rename to " + final_.string() + ": " + ec.message());
+  committed_ = true;
+}
+
+void write_file_atomically(const fs::path& path, std::string_view bytes, bool durable) {
+  AtomicFile file(path);
+  const std::string tmp = file.tmp_path().string();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw Error("write failed for '" + tmp + "': " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (durable && ::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error("fsync failed for '" + tmp + "': " + std::strerror(err));
+  }
+  if (::close(fd) != 0) throw Error("close failed for '" + tmp + "': " + std::strerror(errno));
+  file.commit();
 }
 
 }  // namespace mla::io

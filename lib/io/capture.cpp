@@ -99,19 +99,26 @@ std::vector<float> CaptureReader::logits(const std::string& group, int64_t seq) 
   return file_.root().open_group(group).open("logits").read_rows<float>(static_cast<uint64_t>(seq), 1);
 }
 
+void write_capture_attributes(h5::Group& root, const CaptureMeta& meta) {
+  root.set_attr("schema", kCaptureSchema);
+  root.set_attr("model_type", meta.model_type);
+  root.set_attr("num_layers", meta.num_layers);
+  root.set_attr("hidden_size", meta.hidden_size);
+  root.set_attr("source", meta.source);
+  root.set_attr("corpus_sha256", meta.corpus_sha256);
+  if (!meta.checkpoint_fingerprint.empty()) root.set_attr("checkpoint_fingerprint", meta.checkpoint_fingerprint);
+}
+
 void write_dense_capture(const model::DenseModel& m, const CaptureMeta& meta, const std::vector<CaptureGroupSpec>& groups,
                          const std::filesystem::path& out,
                          const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
   const int64_t L = m.cfg.num_hidden_layers, D = m.cfg.hidden_size, V = m.cfg.vocab_size;
   h5::write_atomically(out, [&](h5::File& file) {
       h5::Group& root = file.root();
-      root.set_attr("schema", kCaptureSchema);
-      root.set_attr("model_type", meta.model_type);
-      root.set_attr("num_layers", L);
-      root.set_attr("hidden_size", D);
-      root.set_attr("source", meta.source);
-      root.set_attr("corpus_sha256", meta.corpus_sha256);
-      if (!meta.checkpoint_fingerprint.empty()) root.set_attr("checkpoint_fingerprint", meta.checkpoint_fingerprint);
+      CaptureMeta written = meta;
+      written.num_layers = L;
+      written.hidden_size = D;
+      write_capture_attributes(root, written);
       for (const CaptureGroupSpec& spec : groups) {
         const uint64_t S = spec.sequences.size();
         if (S == 0) throw InputError("capture group '" + spec.name + "' has no sequences");
@@ -148,32 +155,6 @@ void write_dense_capture(const model::DenseModel& m, const CaptureMeta& meta, co
         }
       }
   });
-}
-
-model::DenseModel load_dense_model(const Checkpoint& ckpt) {
-  const auto& j = ckpt.config_json();
-  const bool tied = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
-                    j["tie_word_embeddings"].get<bool>() && !ckpt.has("lm_head.weight");
-  return model::load_dense_model(ckpt.config(), [&](const std::string& name) { return ckpt.load_matrix(name); }, tied);
-}
-
-std::vector<std::vector<int32_t>> byte_windows(std::span<const uint8_t> bytes, int64_t seq_len, int64_t max_windows) {
-  if (seq_len < 2) throw InputError("sequence length " + std::to_string(seq_len) + " is too short (need >= 2)");
-  int64_t n = static_cast<int64_t>(bytes.size()) / seq_len;
-  if (max_windows > 0) n = std::min(n, max_windows);
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
-  for (int64_t w = 0; w < n; ++w) {
-    out[static_cast<size_t>(w)].assign(bytes.begin() + w * seq_len, bytes.begin() + (w + 1) * seq_len);
-  }
-  return out;
-}
-
-std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open");
-  std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (data.empty()) throw InputError(path.string() + ": file is empty");
-  return data;
 }
 
 }  // namespace mla::io

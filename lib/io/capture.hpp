@@ -15,11 +15,9 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
-#include "io/checkpoint.hpp"
 #include "io/hdf5.hpp"
 #include "model/dense_forward.hpp"
 
@@ -67,6 +65,10 @@ class CaptureReader {
 // Layer dataset name inside a group: "layer_03/hidden".
 std::string capture_layer_path(int64_t layer, const std::string& what);
 
+// The schema's root attributes from `meta` (schema tag first; checkpoint_fingerprint only when
+// set): every C++ writer of captures calls this, so the root is spelled in one place.
+void write_capture_attributes(h5::Group& root, const CaptureMeta& meta);
+
 // One group to write: S sequences of T tokens each.
 struct CaptureGroupSpec {
   std::string name;                     // "calib", "eval" or "reference"
@@ -80,15 +82,5 @@ struct CaptureGroupSpec {
 void write_dense_capture(const model::DenseModel& m, const CaptureMeta& meta,
                          const std::vector<CaptureGroupSpec>& groups, const std::filesystem::path& out,
                          const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
-
-// Loads a dense model from a checkpoint directory (config.tie_word_embeddings respected).
-model::DenseModel load_dense_model(const Checkpoint& ckpt);
-
-// Splits `bytes` into non-overlapping windows of `seq_len` tokens from the start (token =
-// byte value), at most `max_windows` (0: all whole windows).
-std::vector<std::vector<int32_t>> byte_windows(std::span<const uint8_t> bytes, int64_t seq_len,
-                                               int64_t max_windows);
-// Reads a whole file as bytes (InputError naming the file when unreadable or empty).
-std::vector<uint8_t> read_bytes(const std::filesystem::path& path);
 
 }  // namespace mla::io

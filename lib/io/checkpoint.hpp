@@ -2,7 +2,7 @@
 // A Hugging Face checkpoint directory: config.json, one `model.safetensors` or many shards
 // with `model.safetensors.index.json`. Every lookup goes through weight_map; FP8 E4M3
 // weights with `<name>_scale_inv` ([ceil(rows/128), ceil(cols/128)] float scales, possibly
-// in another shard) are dequantised exactly: w = e4m3 * scale_inv per 128x128 block.
+// in another shard) are dequantised exactly (core/fp8_block.hpp).
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -10,13 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "core/fp8_block.hpp"
 #include "core/tensor.hpp"
 #include "io/safetensors.hpp"
 #include "model/config.hpp"
 
 namespace mla::io {
-
-constexpr int64_t kFp8BlockSize = 128;
 
 // The tensor -> shard file map of a model.safetensors.index.json (its `weight_map`), checked:
 // an object of non-empty plain file names (no '/', '.', '..'). `source` names the file in errors.
@@ -46,15 +45,5 @@ class Checkpoint {
   explicit Checkpoint(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// FP8 E4M3 block quantisation (the reverse of the dequantiser): per 128x128 block
-// scale_inv = amax / 448 (1 for an all-zero block), q = e4m3(w / scale_inv).
-struct Fp8Block {
-  OwnedTensor weight;     // F8_E4M3 [rows, cols]
-  OwnedTensor scale_inv;  // F32 [ceil(rows/128), ceil(cols/128)], named <weight>_scale_inv
-};
-Fp8Block quantize_fp8_block(const std::string& name, const MatrixR& w);
-MatrixR dequantize_fp8_block(const TensorView& weight, const TensorView& scale_inv,
-                             const std::string& name);
 
 }  // namespace mla::io

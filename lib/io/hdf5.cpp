@@ -1,6 +1,6 @@
 #include "io/hdf5.hpp"
 
-#include "io/atomic_dir.hpp"
+#include "io/atomic_output.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -341,20 +341,13 @@ MLA_H5_INSTANTIATE(uint16_t)
 #undef MLA_H5_INSTANTIATE
 
 void write_atomically(const std::filesystem::path& path, const std::function<void(File&)>& fill) {
-  remove_stale_temporaries(path);  // of earlier runs that were killed before the rename
-  const std::filesystem::path tmp = temporary_sibling(path, ".tmp-");
-  try {
-    {
-      File file = File::create(tmp);
-      fill(file);
-      file.flush();
-    }
-    std::filesystem::rename(tmp, path);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
+  AtomicFile out(path);  // removed again unless committed
+  {
+    File file = File::create(out.tmp_path());
+    fill(file);
+    file.flush();
   }
+  out.commit();
 }
 
 }  // namespace mla::io::h5

@@ -43,4 +43,11 @@ model::AttentionWeights load_attention_weights(const Checkpoint& ckpt, int64_t l
   return w;
 }
 
+model::DenseModel load_dense_model(const Checkpoint& ckpt) {
+  const auto& j = ckpt.config_json();
+  const bool tied = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
+                    j["tie_word_embeddings"].get<bool>() && !ckpt.has("lm_head.weight");
+  return model::load_dense_model(ckpt.config(), [&](const std::string& name) { return ckpt.load_matrix(name); }, tied);
+}
+
 }  // namespace mla::io

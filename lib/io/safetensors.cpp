@@ -1,5 +1,6 @@
 #include "io/safetensors.hpp"
 
+#include "io/atomic_output.hpp"
 #include "io/sha256.hpp"
 
 #include <fcntl.h>
@@ -500,7 +501,8 @@ std::byte* direct_staging() {
 
 struct StreamingFileWriter::Impl {
   std::filesystem::path path;
-  std::filesystem::path tmp;
+  std::unique_ptr<AtomicFile> out;  // the temporary beside `path`, renamed by finish()
+  std::filesystem::path tmp;        // out->tmp_path()
   int fd = -1;
   FileLayout layout;
   std::unordered_map<std::string, size_t> index;
@@ -663,8 +665,8 @@ StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std:
   Impl& w = *impl_;
   w.options = options;
   w.path = path;
-  w.tmp = path;
-  w.tmp += ".tmp";
+  w.out = std::make_unique<AtomicFile>(path);
+  w.tmp = w.out->tmp_path();
   w.layout = plan_file(std::move(specs), metadata);
   for (size_t i = 0; i < w.layout.order.size(); ++i) w.index.emplace(w.layout.order[i].name, i);
   w.written.assign(w.layout.order.size(), false);
@@ -698,7 +700,7 @@ StreamingFileWriter::~StreamingFileWriter() {
     if (h.owner) impl_->options.hold->give(h.bytes.size());
   if (impl_->fd >= 0) ::close(impl_->fd);
   if (impl_->dfd >= 0) ::close(impl_->dfd);
-  if (!impl_->finished) ::unlink(impl_->tmp.c_str());  // never leave a half-written file
+  // Unfinished, impl_->out removes the temporary: never leave a half-written file.
 }
 
 const FileLayout& StreamingFileWriter::layout() const { return impl_->layout; }
@@ -790,9 +792,11 @@ void StreamingFileWriter::finish() {
   const int fd = w.fd;
   w.fd = -1;
   if (::close(fd) != 0) fail(Kind::Io, w.tmp.string() + ": close failed: " + std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(w.tmp, w.path, ec);
-  if (ec) fail(Kind::Io, w.tmp.string() + ": cannot rename to " + label + ": " + ec.message());
+  try {
+    w.out->commit();
+  } catch (const Error& e) {
+    fail(Kind::Io, e.what());
+  }
   w.finished = true;
 }
 
@@ -860,23 +864,11 @@ ShardPlan write_safetensors_sharded(const std::filesystem::path& dir, const std:
   }
   if (plan.shards.size() > 1) {
     const auto index_path = dir / kIndexFileName;
-    auto tmp = index_path;
-    tmp += ".tmp";
-    const std::string text = index_json(plan);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail(Kind::Io, tmp.string() + ": cannot create: " + std::strerror(errno));
     try {
-      pwrite_all(fd, text.data(), text.size(), 0, tmp.string());
-    } catch (...) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw;
+      write_file_atomically(index_path, index_json(plan), /*durable=*/true);
+    } catch (const Error& e) {
+      fail(Kind::Io, e.what());
     }
-    fsync(fd);
-    ::close(fd);
-    std::error_code ec;
-    std::filesystem::rename(tmp, index_path, ec);
-    if (ec) fail(Kind::Io, tmp.string() + ": cannot rename to " + index_path.string() + ": " + ec.message());
   }
   return plan;
 }

@@ -147,9 +147,10 @@ struct StreamingWriterOptions {
   HoldBudget* hold = nullptr;
 };
 
-// Streams one file into `<path>.tmp`, renamed to `path` by finish(): the header is written at construction, tensors may then be written in
-// any order (positional writes, safe from several threads), finish() checks each was
-// written exactly once and (by default) fsyncs.
+// Streams one file into a temporary beside `path` (io::AtomicFile), renamed to `path` by
+// finish(): the header is written at construction, tensors may then be written in any order
+// (positional writes, safe from several threads), finish() checks each was written exactly
+// once and (by default) fsyncs.
 class StreamingFileWriter {
  public:
   StreamingFileWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "io/atomic_dir.hpp"
+#include "io/atomic_output.hpp"
 #include "io/checkpoint.hpp"
 
 namespace mla::io {
@@ -353,8 +353,7 @@ SyntheticResult write_synthetic_checkpoint(const SyntheticOptions& opts, const f
     specs.push_back({t.name, t.dtype, t.shape});
     result.parameters += shape_numel(t.shape);
     if (t.dtype == DType::F8_E4M3)
-      specs.push_back({t.name + "_scale_inv", DType::F32,
-                       {(t.shape[0] + kFp8BlockSize - 1) / kFp8BlockSize, (t.shape[1] + kFp8BlockSize - 1) / kFp8BlockSize}});
+      specs.push_back({t.name + "_scale_inv", DType::F32, fp8_scale_shape(t.shape[0], t.shape[1])});
   }
   result.shards = plan_shards(specs, opts.max_shard_bytes);
   const std::map<std::string, std::string> metadata = {

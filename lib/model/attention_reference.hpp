@@ -41,19 +41,6 @@ struct AttentionWeights {
   MatrixR w_uv(const MlaConfig& cfg, int64_t head) const;
 };
 
-// Deterministic random weights for tests (same bits on every platform: own uniform mapping
-// of a mt19937_64 stream). Entries are uniform in [-a, a] with a = sqrt(3 / fan_in), so
-// activations stay O(1); RMSNorm gammas are uniform in [0.5, 1.5].
-AttentionWeights random_attention_weights(const MlaConfig& cfg, uint64_t seed);
-// Deterministic random matrix, entries uniform in [-amplitude, amplitude].
-MatrixR random_matrix(int64_t rows, int64_t cols, uint64_t seed, double amplitude = 1.0);
-
-// Small configs shaped like the two families, for tests (documented in docs/math.md):
-//  V2-style: no q_lora, plain RoPE, rope_interleave pairs;
-//  V3-style: q_lora, YaRN (factor 40, mscale = mscale_all_dim = 1, original 64 positions).
-MlaConfig tiny_v2_config();
-MlaConfig tiny_v3_config();
-
 // Intermediates of one forward, filled when a trace pointer is passed. Fields a form does
 // not compute are left empty (naive: q_lat/o_lat empty; absorbed: k_nope/v empty).
 struct AttentionTrace {

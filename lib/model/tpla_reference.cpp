@@ -84,23 +84,25 @@ TplaRankPlacement tpla_rank_placement(const MlaConfig& cfg, const TplaSlicing& s
     throw InputError("TPLA: rank " + std::to_string(rank) + " outside [0, " +
                      std::to_string(s.tp) + ")");
   }
-  const int64_t ranks_per_group = s.tp / s.groups;
-  const int64_t heads = cfg.num_heads / ranks_per_group;
-  const int64_t width = cfg.kv_lora_rank / s.groups;
+  // validate() above has checked what TplaLayout::make would (with the reference's own
+  // messages and without the converter's tp in {1, 2, 4, 8}).
+  const TplaLayout layout{static_cast<int>(s.tp), static_cast<int>(s.groups), cfg.num_heads, cfg.kv_lora_rank};
+  const int r = static_cast<int>(rank);
+  const Range heads = layout.heads(r), latent = layout.latent(r);
   TplaRankPlacement p;
   p.rank = rank;
-  p.group = rank / ranks_per_group;
-  p.head_begin = (rank % ranks_per_group) * heads;
-  p.head_end = p.head_begin + heads;
-  p.latent_begin = p.group * width;
-  p.latent_end = p.latent_begin + width;
+  p.group = layout.group_of(r);
+  p.head_begin = heads.begin;
+  p.head_end = heads.end;
+  p.latent_begin = latent.begin;
+  p.latent_end = latent.end;
   return p;
 }
 
 MatrixR tpla_slice_latent(const MlaConfig& cfg, const AttentionWeights& w, const TplaSlicing& s,
                           const MatrixR& c, int64_t group) {
   const int64_t width = cfg.kv_lora_rank / s.groups, begin = group * width;
-  if (s.norm == TplaNorm::kExact) {
+  if (s.norm == NormMode::Exact) {
     return rmsnorm(c, w.kv_a_layernorm, cfg.rms_norm_eps).middleCols(begin, width);
   }
   const VectorD gamma_k =

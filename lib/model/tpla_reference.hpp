@@ -2,17 +2,12 @@
 // Float64 reference of TPLA (Tensor-Parallel Latent Attention) on one layer: each rank's
 // sliced attention and the sum over ranks (SPEC section 2 steps 3-4; TPLA paper section 4).
 //
-// FOR lib/transform (engineer `convert`): pass the weights AFTER gamma absorption and rotation
-// (the full, unsliced, rotated AttentionWeights) plus the slicing; this computes what the
-// per-rank checkpoints must compute, so a test can compare
+// The converter's per-rank checkpoints must compute what this computes, so the tests compare
 //   sum_r (rank r's sliced checkpoint run through attention) vs tpla_attention(...).out
-// and tpla_attention(...).out vs attention_naive(original weights) (the slicing error).
-// The rank -> (group, heads, latent slice) mapping is tpla_rank_placement(): use it, do not
-// re-derive it, so both sides agree.
-//
-// Rank placement (contiguous): ranks_per_group = tp / g; rank r is in group k = r / (tp/g) and
-// holds heads [b*H/(tp/g), (b+1)*H/(tp/g)) with b = r % (tp/g); group k holds latent columns
-// [k*d_c/g, (k+1)*d_c/g). Each rank also holds the d_r RoPE rows (replicated).
+// (weights passed AFTER gamma absorption and rotation: the full, unsliced, rotated
+// AttentionWeights) and tpla_attention(...).out vs attention_naive(original weights) (the
+// slicing error). The rank -> (group, heads, latent slice) mapping is model::TplaLayout
+// (model/tpla_layout.hpp), the one placement the converter and verify-decode use too.
 //
 // Per rank (group k, latent slice c_k of width d_c/g, its heads h):
 //   norm approx: x_k = c_k / sqrt(mean(c_k^2) + eps) * gamma_k * sqrt(g * f_k)
@@ -32,17 +27,16 @@
 #include "core/tensor.hpp"
 #include "model/attention_reference.hpp"
 #include "model/config.hpp"
+#include "model/tpla_layout.hpp"
 
 namespace mla::model {
-
-enum class TplaNorm { kApprox, kExact };
 
 struct TplaSlicing {
   int64_t tp = 1;
   int64_t groups = 1;      // g: divides tp; d_c % g == 0; H % (tp/g) == 0
   std::vector<double> f;   // [g] energy fraction of slice k; empty: 1/g each
   std::vector<double> mu;  // [g] content-logit scale of slice k; empty: 1 each
-  TplaNorm norm = TplaNorm::kApprox;
+  NormMode norm = NormMode::Approx;
 
   // Throws InputError naming the bad field and value (tp, groups, f/mu sizes or values, and
   // divisibility of H and d_c).
@@ -51,6 +45,7 @@ struct TplaSlicing {
   double mu_of(int64_t k) const { return mu.empty() ? 1.0 : mu[k]; }
 };
 
+// The placement of one rank (model::TplaLayout's heads() and latent(), flattened).
 struct TplaRankPlacement {
   int64_t rank = 0;
   int64_t group = 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "io/calib_file.hpp"
 #include "io/hdf5.hpp"
 
 namespace mla::transform {
@@ -43,10 +44,10 @@ CalibrationInput load_calibration(const std::filesystem::path& path, const std::
   const std::string file = path.string();
   io::h5::File f = io::h5::File::open_read(path);
   const io::h5::Group& root = f.root();
-  if (!root.has_attr("schema") || root.attr_string("schema") != "mla-calib/1")
+  if (!root.has_attr("schema") || root.attr_string("schema") != io::kCalibSchema)
     throw InputError(file + ": attribute 'schema' is '" +
                      (root.has_attr("schema") ? root.attr_string("schema") : std::string("<missing>")) +
-                     "', expected 'mla-calib/1'");
+                     "', expected '" + io::kCalibSchema + "'");
   CalibrationInput out;
   out.path = path;
   out.checkpoint_fingerprint =
@@ -62,11 +63,11 @@ CalibrationInput load_calibration(const std::filesystem::path& path, const std::
     lc.corrections = SliceCorrections::defaults(num_heads, g);
     if (needs_calibrated_basis(basis)) {
       const auto n = static_cast<uint64_t>(d_c);
-      std::vector<double> v = read_exact(root, lg + "/" + std::string(reparam_name(basis)) + "_basis", {n, n}, file);
+      std::vector<double> v = read_exact(root, io::calib_basis_path(i, reparam_name(basis)), {n, n}, file);
       lc.pca_basis = Eigen::Map<MatrixR>(v.data(), d_c, d_c);
     }
     if (g > 1) {
-      const std::string base = lg + "/g" + std::to_string(g) + "/" + std::string(reparam_name(basis));
+      const std::string base = lg + "/" + io::calib_slicing_group(g, reparam_name(basis));
       lc.corrections.f = read_exact(root, base + "/energy_fraction", {G}, file);
       double sum = 0;
       for (size_t k = 0; k < lc.corrections.f.size(); ++k) {

@@ -1,7 +1,7 @@
 #pragma once
-// Reads what mla-convert needs from a calibration file (calib.h5, schema "mla-calib/1",
-// docs/formats: written by mla-calibrate):
-//   root attrs  schema = "mla-calib/1", checkpoint_fingerprint (io::fingerprint of the input)
+// Reads what mla-convert needs from a calibration file (calib.h5, layout in io/calib_file.hpp,
+// docs/formats/calib.md: written by mla-calibrate):
+//   root attrs  schema = io::kCalibSchema, checkpoint_fingerprint (io::fingerprint of the input)
 //   /layer_{i:02d}/pca_basis                         f64 [d_c, d_c] (columns = eigenvectors)
 //   /layer_{i:02d}/qk_basis                          f64 [d_c, d_c] (columns = basis vectors)
 //   /layer_{i:02d}/g{g}/{basis}/energy_fraction      f64 [g]

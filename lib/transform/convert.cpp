@@ -19,7 +19,8 @@
 
 #include "core/error.hpp"
 #include "core/phase_clock.hpp"
-#include "io/atomic_dir.hpp"
+#include "io/atomic_output.hpp"
+#include "io/converted_checkpoint.hpp"
 #include "io/resources.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
@@ -38,12 +39,6 @@ OutDtype parse_out_dtype(std::string_view name) {
   if (name == "bf16") return OutDtype::BF16;
   if (name == "fp8") return OutDtype::FP8;
   throw InputError("unknown --out-dtype '" + std::string(name) + "' (expected bf16 or fp8)");
-}
-
-std::string rank_dir_name(int rank, int tp) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "rank-%02d-of-%02d", rank, tp);
-  return buf;
 }
 
 namespace {
@@ -115,10 +110,8 @@ struct OutSpec {
 
 void add_spec(RankPlan& rp, const OutSpec& s) {
   rp.tensors.push_back({s.name, s.dtype, s.shape});
-  if (s.dtype == DType::F8_E4M3) {
-    const int64_t b = io::kFp8BlockSize;
-    rp.tensors.push_back({s.name + "_scale_inv", DType::F32, {(s.shape[0] + b - 1) / b, (s.shape[1] + b - 1) / b}});
-  }
+  if (s.dtype == DType::F8_E4M3)
+    rp.tensors.push_back({s.name + "_scale_inv", DType::F32, fp8_scale_shape(s.shape[0], s.shape[1])});
 }
 
 Shape slice_shape(const Shape& in, const Slice2D& s) {
@@ -129,18 +122,6 @@ std::optional<TensorView> scale_of(const io::Checkpoint& ckpt, const std::string
   const std::string s = name + "_scale_inv";
   if (ckpt.has(s)) return ckpt.raw(s);
   return std::nullopt;
-}
-
-void write_text_file(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    // errno says why (ENOSPC, EDQUOT, EROFS, ...): the operator needs it to act.
-    if (!out) throw Error("cannot write '" + tmp.string() + "': " + std::strerror(errno));
-    out << text;
-    if (!out.flush()) throw Error("write failed for '" + tmp.string() + "': " + std::strerror(errno));
-  }
-  fs::rename(tmp, path);
 }
 
 // Per-rank writers, one per shard file; write() may be called from any thread. Each file's
@@ -180,7 +161,7 @@ class RankWriters {
     }
     if (plan_.file_names.size() > 1) {
       const std::string text = io::index_json(plan_);
-      write_text_file(dir_ / io::kIndexFileName, text);
+      io::write_file_atomically(dir_ / io::kIndexFileName, text);
       sha256_[std::string(io::kIndexFileName)] = io::sha256_hex(text);
     }
   }
@@ -227,19 +208,10 @@ void check_paths(const ConvertOptions& o) {
                      o.input.string() + "'; refusing to overwrite the input");
 }
 
-Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile& prof) {
-  Plan p;
-  p.cfg = ckpt.config();
+// make_plan's steps, in order. Units from the shard table, in name order (latent tensors only
+// mark their layer; a _scale_inv is consumed with its weight).
+void plan_table_units(const io::Checkpoint& ckpt, Plan& p) {
   const model::MlaConfig& cfg = p.cfg;
-  const int g = o.groups == 0 ? o.tp : o.groups;
-  p.layout = TplaLayout::make(cfg, o.tp, g);
-  const TplaLayout& L = p.layout;
-  if (needs_calibrated_basis(o.reparam) && o.calib.empty())
-    throw InputError("--reparam " + std::string(reparam_name(o.reparam)) +
-                     " needs a calibration file (--calib calib.h5 from mla-calibrate)");
-
-  // Units from the table, in name order.
-  std::set<int64_t> latent_layers;
   for (const std::string& name : ckpt.tensor_names()) {
     const ShardRule& rule = find_rule(name);
     if (rule.kind == SplitKind::Consumed) {
@@ -252,8 +224,7 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
       if (layer < 0 || layer >= cfg.attention_layers())
         throw InputError("tensor '" + name + "' belongs to no attention layer (config has " +
                          std::to_string(cfg.attention_layers()) + ")");
-      latent_layers.insert(layer);
-      continue;
+      continue;  // converted as its layer's latent unit (plan_attention_layers)
     }
     Unit u;
     u.name = name;
@@ -261,7 +232,12 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
     if (rule.kind == SplitKind::TplaHeads) u.per_head = rule.dim == 0 ? cfg.qk_head_dim() : cfg.v_head_dim;
     p.units.push_back(u);
   }
-  // Every decoder layer must be complete; MTP layers may be absent as a whole.
+}
+
+// Every decoder layer must be complete; MTP layers may be absent as a whole. Adds one latent
+// unit per converted layer.
+void plan_attention_layers(const io::Checkpoint& ckpt, const ConvertOptions& o, Plan& p) {
+  const model::MlaConfig& cfg = p.cfg;
   for (int64_t i = 0; i < cfg.attention_layers(); ++i) {
     std::vector<std::string> need = {attn(i, "kv_a_proj_with_mqa.weight"), attn(i, "kv_a_layernorm.weight"),
                                      attn(i, "kv_b_proj.weight"), attn(i, "o_proj.weight")};
@@ -288,7 +264,11 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
     p.units.push_back(u);
   }
 
-  // Calibration and rotations.
+}
+
+// The input's fingerprint, the slice corrections and rotations (from calib.h5 when given).
+void plan_calibration(const io::Checkpoint& ckpt, const ConvertOptions& o, int g, LiveProfile& prof, Plan& p) {
+  const model::MlaConfig& cfg = p.cfg;
   {
     ScopedPhase timed(&prof.fingerprint);
     p.fingerprint = io::fingerprint(ckpt);
@@ -310,7 +290,12 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
   if (!needs_calibrated_basis(o.reparam))
     p.rotation[-1] = make_rotation(o.reparam, cfg.kv_lora_rank, o.seed, nullptr, "config.json kv_lora_rank");
 
-  // Per-rank output specs (this also runs every divisibility check).
+}
+
+// Per-rank output specs (this also runs every divisibility check) and the input bytes.
+void plan_rank_outputs(const io::Checkpoint& ckpt, const ConvertOptions& o, int g, Plan& p) {
+  const model::MlaConfig& cfg = p.cfg;
+  const TplaLayout& L = p.layout;
   ConvertResult& res = p.result;
   res.g = g;
   res.ranks.resize(o.tp);
@@ -357,7 +342,11 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
     }
     res.input_bytes += u.input_bytes;
   }
-  // Simple tensors -> one unit per distinct slice.
+}
+
+// Simple tensors -> one unit per distinct slice (ranks that hold the same slice share it).
+void split_simple_units(const io::Checkpoint& ckpt, const ConvertOptions& o, Plan& p) {
+  const TplaLayout& L = p.layout;
   std::vector<Unit> units;
   for (Unit& u : p.units) {
     if (u.kind != Unit::Kind::Simple) {
@@ -384,6 +373,26 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
     }
   }
   p.units = std::move(units);
+}
+
+Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile& prof) {
+  Plan p;
+  p.cfg = ckpt.config();
+  const model::MlaConfig& cfg = p.cfg;
+  const int g = o.groups == 0 ? o.tp : o.groups;
+  p.layout = TplaLayout::make(cfg, o.tp, g);
+  const TplaLayout& L = p.layout;
+  if (needs_calibrated_basis(o.reparam) && o.calib.empty())
+    throw InputError("--reparam " + std::string(reparam_name(o.reparam)) +
+                     " needs a calibration file (--calib calib.h5 from mla-calibrate)");
+
+  plan_table_units(ckpt, p);
+  plan_attention_layers(ckpt, o, p);
+  plan_calibration(ckpt, o, g, prof, p);
+  plan_rank_outputs(ckpt, o, g, p);
+  split_simple_units(ckpt, o, p);
+  ConvertResult& res = p.result;
+  const int64_t dcl = L.latent_per_group();
   for (RankPlan& rp : res.ranks) {
     std::sort(rp.tensors.begin(), rp.tensors.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
     for (const auto& t : rp.tensors) rp.bytes += t.nbytes();
@@ -671,6 +680,98 @@ ConvertOptions resolve_hadamard_seed(ConvertOptions o) {
   return o;
 }
 
+// Bytes of the largest simple slice in its output dtype: sizes the memory budget.
+uint64_t largest_slice_bytes(const io::Checkpoint& ckpt, const ConvertOptions& o, const Plan& p) {
+  uint64_t largest_slice = 0;
+  for (const Unit& u : p.units) {
+    if (u.kind != Unit::Kind::Simple) continue;
+    const TensorView v = ckpt.raw(u.name);
+    const DType dt = output_dtype(u.name, v.dtype, v.shape.size(), o.out_dtype);
+    largest_slice = std::max(largest_slice, static_cast<uint64_t>((u.slice[1] - u.slice[0]) * (u.slice[3] - u.slice[2]) *
+                                                                  dtype_bits(dt) / 8));
+  }
+  return largest_slice;
+}
+
+// Units in output-file order (rank 0's layout; the ranks share it), so the streaming hashes
+// advance while the units run. The order does not change the output bytes.
+void sort_units_in_output_order(Plan& p, const Writers& w) {
+  auto key = [&](const Unit& u) {
+    return w.ranks[0]->position(u.kind == Unit::Kind::Simple ? u.name : attn(u.layer, "kv_a_proj_with_mqa.weight"));
+  };
+  std::vector<std::pair<std::pair<size_t, uint64_t>, size_t>> order;
+  for (size_t i = 0; i < p.units.size(); ++i) order.push_back({key(p.units[i]), i});
+  std::stable_sort(order.begin(), order.end());
+  std::vector<Unit> sorted;
+  for (const auto& [k, i] : order) sorted.push_back(p.units[i]);
+  p.units = std::move(sorted);
+}
+
+// Input files are hashed on the side while the workers convert, several files at once when
+// there are cores to spare (one file's SHA-256 is sequential: ~1-2 GB/s per core). Setting
+// `stop` makes the hashers stop after their current file.
+std::future<nlohmann::json> hash_inputs_async(const io::Checkpoint& ckpt, const ConvertOptions& o, int nthreads,
+                                              LiveProfile& prof, std::atomic<bool>& stop_hashing) {
+  return std::async(std::launch::async, [&ckpt, &o, nthreads, &prof, &stop_hashing] {
+    std::vector<fs::path> in_files = ckpt.files();
+    in_files.push_back(o.input / "config.json");
+    if (fs::exists(o.input / io::kIndexFileName)) in_files.push_back(o.input / io::kIndexFileName);
+    std::sort(in_files.begin(), in_files.end());
+    std::vector<nlohmann::json> rows(in_files.size());
+    std::atomic<size_t> next_file{0};
+    auto hasher = [&] {
+      for (size_t k; !stop_hashing && (k = next_file++) < in_files.size();) {
+        const uint64_t bytes = fs::file_size(in_files[k]);
+        ScopedPhase timed(&prof.hash_input, bytes);
+        rows[k] = {{"file", in_files[k].filename().string()}, {"bytes", bytes}, {"sha256", io::sha256_file(in_files[k])}};
+      }
+    };
+    const size_t extra = std::min(in_files.size(), static_cast<size_t>(std::max(1, nthreads / 4))) - 1;
+    std::vector<std::future<void>> more;
+    for (size_t t = 0; t < extra; ++t) more.push_back(std::async(std::launch::async, hasher));
+    hasher();
+    for (auto& f : more) f.get();
+    return nlohmann::json(rows);
+  });
+}
+
+// Each rank's config.json (and hf_quant_config.json), then manifest.json with the SHA-256 of
+// every output file and the inputs' hashes, into the temporary output `dir`. Returns the manifest.
+nlohmann::json write_configs_and_manifest(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o,
+                                          const Writers& w, const fs::path& dir, const nlohmann::json& inputs) {
+  const ConvertResult& res = p.result;
+  const nlohmann::json opts = options_json(o, res.g, p.calib_sha256);
+  const nlohmann::json provenance = {{"tool", kToolName}, {"version", MLA_VERSION_STRING},
+                                     {"checkpoint_fingerprint", p.fingerprint}, {"options", opts},
+                                     {"calib_fingerprint_checked", !o.calib.empty()}};
+  nlohmann::json outputs = nlohmann::json::object();
+  for (int r = 0; r < o.tp; ++r) {
+    const std::string rd = io::rank_dir_name(r, o.tp);
+    nlohmann::json rank_cfg = rank_config(ckpt, p, o, r, provenance);
+    if (o.kv_cache != "bf16")  // the default (bf16) leaves config.json as the input's plus tpla
+      rank_cfg["kv_cache"] = kv_cache_section(o.kv_cache, p.layout.latent(r).size(), p.cfg.qk_rope_head_dim,
+                                              p.cfg.num_hidden_layers);
+    const std::string config_text = rank_cfg.dump(2) + "\n";
+    io::write_file_atomically(dir / rd / "config.json", config_text);
+    std::map<std::string, std::string> hashes = w.ranks[r]->sha256();
+    hashes["config.json"] = io::sha256_hex(config_text);
+    if (const nlohmann::json hq = hf_quant_config(o.kv_cache, MLA_VERSION_STRING); !hq.is_null()) {
+      const std::string hq_text = hq.dump(2) + "\n";
+      io::write_file_atomically(dir / rd / "hf_quant_config.json", hq_text);
+      hashes["hf_quant_config.json"] = io::sha256_hex(hq_text);
+    }
+    for (const auto& [nm, h] : hashes) outputs[rd + "/" + nm] = h;
+  }
+  nlohmann::json manifest = {{"tool", kToolName},
+                             {"version", MLA_VERSION_STRING},
+                             {"options", opts},
+                             {"input", {{"files", inputs}, {"checkpoint_fingerprint", p.fingerprint}}},
+                             {"ranks", o.tp},
+                             {"outputs", outputs}};
+  io::write_file_atomically(dir / "manifest.json", manifest.dump(2) + "\n");
+  return manifest;
+}
+
 ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const auto t0 = std::chrono::steady_clock::now();
   const ConvertOptions o = resolve_hadamard_seed(requested);
@@ -701,14 +802,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
     for (const auto& rp : res.ranks) need += rp.bytes;
     io::require_free_space(out.tmp_path(), need, "mla-convert output " + o.output.string());
   }
-  uint64_t largest_slice = 0;
-  for (const Unit& u : p.units) {
-    if (u.kind != Unit::Kind::Simple) continue;
-    const TensorView v = ckpt.raw(u.name);
-    const DType dt = output_dtype(u.name, v.dtype, v.shape.size(), o.out_dtype);
-    largest_slice = std::max(largest_slice, static_cast<uint64_t>((u.slice[1] - u.slice[0]) * (u.slice[3] - u.slice[2]) *
-                                                                  dtype_bits(dt) / 8));
-  }
+  const uint64_t largest_slice = largest_slice_bytes(ckpt, o, p);
   MemoryBudget memory(std::max(kMinSliceMemoryBytes,
                                static_cast<uint64_t>(std::min(std::max(1, o.threads), kBigSlicesAtOnce)) * largest_slice));
   io::HoldBudget hold(kHashHoldBytes);
@@ -716,23 +810,11 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   w.prof = &prof;
   w.memory = &memory;
   for (int r = 0; r < o.tp; ++r) {
-    const fs::path dir = out.tmp_path() / rank_dir_name(r, o.tp);
+    const fs::path dir = out.tmp_path() / io::rank_dir_name(r, o.tp);
     fs::create_directories(dir);
     w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes, &prof.writer, &hold));
   }
-  // Units in output-file order (rank 0's layout; the ranks share it), so the streaming
-  // hashes advance while the units run. The order does not change the output bytes.
-  {
-    auto key = [&](const Unit& u) {
-      return w.ranks[0]->position(u.kind == Unit::Kind::Simple ? u.name : attn(u.layer, "kv_a_proj_with_mqa.weight"));
-    };
-    std::vector<std::pair<std::pair<size_t, uint64_t>, size_t>> order;
-    for (size_t i = 0; i < p.units.size(); ++i) order.push_back({key(p.units[i]), i});
-    std::stable_sort(order.begin(), order.end());
-    std::vector<Unit> sorted;
-    for (const auto& [k, i] : order) sorted.push_back(p.units[i]);
-    p.units = std::move(sorted);
-  }
+  sort_units_in_output_order(p, w);
 
   // Workers take units in order; the first error stops everyone and is rethrown. Nothing in a
   // worker's handlers allocates: when the address space is exhausted, composing a message there
@@ -779,31 +861,9 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
       }
     }
   };
-  // Input files are hashed on the side while the workers convert, several files at once when
-  // there are cores to spare (one file's SHA-256 is sequential: ~1-2 GB/s per core).
   const int nthreads = std::max(1, o.threads);
   std::atomic<bool> stop_hashing{false};
-  std::future<nlohmann::json> input_hashes = std::async(std::launch::async, [&] {
-    std::vector<fs::path> in_files = ckpt.files();
-    in_files.push_back(o.input / "config.json");
-    if (fs::exists(o.input / io::kIndexFileName)) in_files.push_back(o.input / io::kIndexFileName);
-    std::sort(in_files.begin(), in_files.end());
-    std::vector<nlohmann::json> rows(in_files.size());
-    std::atomic<size_t> next_file{0};
-    auto hasher = [&] {
-      for (size_t k; !stop_hashing && (k = next_file++) < in_files.size();) {
-        const uint64_t bytes = fs::file_size(in_files[k]);
-        ScopedPhase timed(&prof.hash_input, bytes);
-        rows[k] = {{"file", in_files[k].filename().string()}, {"bytes", bytes}, {"sha256", io::sha256_file(in_files[k])}};
-      }
-    };
-    const size_t extra = std::min(in_files.size(), static_cast<size_t>(std::max(1, nthreads / 4))) - 1;
-    std::vector<std::future<void>> more;
-    for (size_t t = 0; t < extra; ++t) more.push_back(std::async(std::launch::async, hasher));
-    hasher();
-    for (auto& f : more) f.get();
-    return nlohmann::json(rows);
-  });
+  std::future<nlohmann::json> input_hashes = hash_inputs_async(ckpt, o, nthreads, prof, stop_hashing);
   std::vector<std::thread> pool;
   try {
     for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
@@ -831,35 +891,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   // Provenance, configs, hashes, manifest.
   const nlohmann::json inputs = input_hashes.get();
   phase("wait for input hashes");
-  const nlohmann::json opts = options_json(o, res.g, p.calib_sha256);
-  const nlohmann::json provenance = {{"tool", kToolName}, {"version", MLA_VERSION_STRING},
-                                     {"checkpoint_fingerprint", p.fingerprint}, {"options", opts},
-                                     {"calib_fingerprint_checked", !o.calib.empty()}};
-  nlohmann::json outputs = nlohmann::json::object();
-  for (int r = 0; r < o.tp; ++r) {
-    const std::string rd = rank_dir_name(r, o.tp);
-    nlohmann::json rank_cfg = rank_config(ckpt, p, o, r, provenance);
-    if (o.kv_cache != "bf16")  // the default (bf16) leaves config.json as the input's plus tpla
-      rank_cfg["kv_cache"] = kv_cache_section(o.kv_cache, p.layout.latent(r).size(), p.cfg.qk_rope_head_dim,
-                                              p.cfg.num_hidden_layers);
-    const std::string config_text = rank_cfg.dump(2) + "\n";
-    write_text_file(out.tmp_path() / rd / "config.json", config_text);
-    std::map<std::string, std::string> hashes = w.ranks[r]->sha256();
-    hashes["config.json"] = io::sha256_hex(config_text);
-    if (const nlohmann::json hq = hf_quant_config(o.kv_cache, MLA_VERSION_STRING); !hq.is_null()) {
-      const std::string hq_text = hq.dump(2) + "\n";
-      write_text_file(out.tmp_path() / rd / "hf_quant_config.json", hq_text);
-      hashes["hf_quant_config.json"] = io::sha256_hex(hq_text);
-    }
-    for (const auto& [nm, h] : hashes) outputs[rd + "/" + nm] = h;
-  }
-  nlohmann::json manifest = {{"tool", kToolName},
-                             {"version", MLA_VERSION_STRING},
-                             {"options", opts},
-                             {"input", {{"files", inputs}, {"checkpoint_fingerprint", p.fingerprint}}},
-                             {"ranks", o.tp},
-                             {"outputs", outputs}};
-  write_text_file(out.tmp_path() / "manifest.json", manifest.dump(2) + "\n");
+  const nlohmann::json manifest = write_configs_and_manifest(ckpt, p, o, w, out.tmp_path(), inputs);
   phase("configs + manifest");
   out.commit();  // fsyncs every file and directory, then renames into place
   phase("sync (fsync all outputs) + commit");
@@ -945,33 +977,6 @@ std::string describe_profile(const ConvertResult& r) {
     s += buf;
   }
   return s + "\n";
-}
-
-RankAttention load_rank_attention(const fs::path& rank_dir, int64_t layer) {
-  const io::Checkpoint ckpt = io::Checkpoint::open(rank_dir);
-  RankAttention ra;
-  ra.config = ckpt.config();
-  if (!ckpt.config_json().contains("tpla"))
-    throw InputError(rank_dir.string() + "/config.json has no 'tpla' section: not an mla-convert output");
-  ra.tpla = ckpt.config_json()["tpla"];
-  auto vec = [&](const std::string& name) {
-    const MatrixR m = ckpt.load_matrix(name);
-    return VectorD(Eigen::Map<const VectorD>(m.data(), m.size()));
-  };
-  model::AttentionWeights& w = ra.weights;
-  if (ra.config.has_q_lora()) {
-    w.q_a_proj = ckpt.load_matrix(attn(layer, "q_a_proj.weight"));
-    w.q_a_layernorm = vec(attn(layer, "q_a_layernorm.weight"));
-    w.q_b_proj = ckpt.load_matrix(attn(layer, "q_b_proj.weight"));
-  } else {
-    w.q_proj = ckpt.load_matrix(attn(layer, "q_proj.weight"));
-  }
-  w.kv_a_proj_with_mqa = ckpt.load_matrix(attn(layer, "kv_a_proj_with_mqa.weight"));
-  w.kv_a_layernorm = vec(attn(layer, "kv_a_layernorm.weight"));
-  w.kv_b_proj = ckpt.load_matrix(attn(layer, "kv_b_proj.weight"));
-  w.o_proj = ckpt.load_matrix(attn(layer, "o_proj.weight"));
-  w.validate(ra.config);
-  return ra;
 }
 
 }  // namespace mla::transform

@@ -99,17 +99,4 @@ nlohmann::json result_json(const ConvertResult& r);
 // The profile as a table: per phase thread-seconds, CPU-seconds, bytes, one core's rate, threads busy.
 std::string describe_profile(const ConvertResult& r);
 
-// One rank's converted attention, read back (for verify-decode and tests): the rank's own
-// MlaConfig (num_heads = H/(tp/g), kv_lora_rank = d_c/g), its float64 weights, and the
-// `tpla` section of its config.json.
-struct RankAttention {
-  model::MlaConfig config;
-  model::AttentionWeights weights;
-  nlohmann::json tpla;
-};
-RankAttention load_rank_attention(const std::filesystem::path& rank_dir, int64_t layer);
-
-// "rank-01-of-04"
-std::string rank_dir_name(int rank, int tp);
-
 }  // namespace mla::transform

@@ -10,20 +10,11 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "io/checkpoint.hpp"
+#include "core/fp8_block.hpp"
 
 namespace mla::transform {
 
 namespace {
-
-const std::array<double, 256>& e4m3_values() {
-  static const std::array<double, 256> t = [] {
-    std::array<double, 256> v{};
-    for (int i = 0; i < 256; ++i) v[i] = e4m3_to_float(static_cast<uint8_t>(i));
-    return v;
-  }();
-  return t;
-}
 
 [[noreturn]] void non_finite(const std::string& name, int64_t r, int64_t c, double v, bool is2d) {
   const std::string where = is2d ? "[" + std::to_string(r) + ", " + std::to_string(c) + "]" : "[" + std::to_string(c) + "]";
@@ -42,8 +33,7 @@ SourceTensor::SourceTensor(std::string name, TensorView weight, std::optional<Te
                      ", expected a float weight");
   if (weight_.dtype == DType::F8_E4M3) {
     if (!scale_) throw InputError("tensor '" + name_ + "' is F8_E4M3 but '" + name_ + "_scale_inv' is missing");
-    const int64_t bs = io::kFp8BlockSize;
-    const Shape want{(rows() + bs - 1) / bs, (cols() + bs - 1) / bs};
+    const Shape want = fp8_scale_shape(rows(), cols());
     if (scale_->dtype != DType::F32 || scale_->shape != want || weight_.shape.size() != 2)
       throw InputError("tensor '" + name_ + "_scale_inv' is " + std::string(dtype_name(scale_->dtype)) + " " +
                        shape_to_string(scale_->shape) + ", expected F32 " + shape_to_string(want));
@@ -62,27 +52,15 @@ void SourceTensor::read_row(int64_t r, int64_t c0, int64_t c1, double* out) cons
   const size_t base = static_cast<size_t>(r * cols());
   const std::byte* data = weight_.bytes.data();
   switch (weight_.dtype) {
-    case DType::F8_E4M3: {
-      const auto& table = e4m3_values();
-      const auto* q = reinterpret_cast<const uint8_t*>(data) + base;
-      const std::byte* srow = scale_->bytes.data() + (r / io::kFp8BlockSize) * scale_cols_ * 4;
-      for (int64_t c = c0; c < c1;) {
-        const int64_t blk = c / io::kFp8BlockSize, end = std::min(c1, (blk + 1) * io::kFp8BlockSize);
-        float s;
-        std::memcpy(&s, srow + blk * 4, 4);
-        const double sd = s;
-        for (; c < end; ++c) out[c - c0] = table[q[c]] * sd;  // exact in double
-      }
+    case DType::F8_E4M3:
+      dequantize_fp8_row(reinterpret_cast<const uint8_t*>(data) + base,
+                         scale_->bytes.data() + (r / kFp8BlockSize) * scale_cols_ * 4, c0, c1, out);
       break;
-    }
     case DType::BF16:
       for (int64_t c = c0; c < c1; ++c) {
         uint16_t b;
         std::memcpy(&b, data + 2 * (base + c), 2);
-        const uint32_t u = static_cast<uint32_t>(b) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        out[c - c0] = f;
+        out[c - c0] = bf16_to_float(b);
       }
       break;
     case DType::F32:
@@ -198,7 +176,7 @@ std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t 
     return out;
   }
   const auto& values = e4m3_values();
-  const int64_t bs = io::kFp8BlockSize, bc = (cols + bs - 1) / bs;
+  const int64_t bs = kFp8BlockSize, bc = (cols + bs - 1) / bs;
   const std::byte* scales = src.scale()->bytes.data();
   out.weight.resize(static_cast<size_t>((r1 - r0) * ncols) * 2);
   std::vector<uint16_t> lut(static_cast<size_t>(bc) * 256);
@@ -235,30 +213,11 @@ std::optional<EncodedTensor> encode_slice_fast(const SourceTensor& src, int64_t 
   return out;
 }
 
-uint16_t fast_double_to_bf16(double v) {
-  const double a = std::fabs(v);
-  // Normal BF16 range below 2^127 (no overflow possible): round the double's mantissa to 7 bits
-  // (ties to even) in the integer domain; the result is then exact as a float.
-  if (a >= 0x1p-126 && a < 0x1p127) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, 8);
-    bits += ((uint64_t{1} << 44) - 1) + ((bits >> 45) & 1);
-    bits &= ~((uint64_t{1} << 45) - 1);
-    double r;
-    std::memcpy(&r, &bits, 8);
-    const float f = static_cast<float>(r);  // exact: 8 significant bits, in range
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>(u >> 16);
-  }
-  return double_to_bf16(v);
-}
-
 EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src,
                           EncodeStats* stats) {
   PhaseTotals* cast = stats ? &stats->encode : nullptr;
   EncodedTensor out;
-  const int64_t band = io::kFp8BlockSize;
+  const int64_t band = kFp8BlockSize;
   MatrixR buf(std::min(band, rows), cols);
   if (dtype == DType::F8_E4M3) {
     const int64_t bc = (cols + band - 1) / band, br = (rows + band - 1) / band;
@@ -269,7 +228,7 @@ EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, in
       MatrixR m(n, cols);
       src(r0, r0 + n, m.data());
       ScopedPhase timed(cast, static_cast<uint64_t>(n * cols));
-      const io::Fp8Block q = io::quantize_fp8_block(name, m);
+      const Fp8Block q = quantize_fp8_block(name, m);
       std::memcpy(out.weight.data() + r0 * cols, q.weight.bytes.data(), q.weight.bytes.size());
       std::memcpy(out.scale_inv.data() + (r0 / band) * bc * 4, q.scale_inv.bytes.data(), q.scale_inv.bytes.size());
     }

@@ -59,10 +59,6 @@ class SourceTensor {
   EncodeStats* stats_ = nullptr;
 };
 
-// Exact round-to-nearest-even double -> BF16 bits (same result as core double_to_bf16,
-// faster on the normal range: tests compare them).
-uint16_t fast_double_to_bf16(double v);
-
 // Produces rows [r0, r1) of a [rows, cols] float64 matrix into `out` (row-major).
 using RowSource = std::function<void(int64_t r0, int64_t r1, double* out)>;
 
@@ -93,7 +89,7 @@ struct EncodedTensor {
   ByteBuffer scale_inv;  // F32 [ceil(rows/128), ceil(cols/128)] for FP8, else empty
 };
 // Encodes a [rows, cols] float64 source into `dtype` (BF16, F32, F16 or F8_E4M3). FP8 uses
-// io::quantize_fp8_block on 128-row bands (identical to quantising the whole matrix).
+// quantize_fp8_block (core/fp8_block.hpp) on 128-row bands (identical to quantising the whole matrix).
 // `stats`: the cast / quantisation time goes to stats->encode (the source's own time is not
 // counted here).
 EncodedTensor encode_rows(const std::string& name, DType dtype, int64_t rows, int64_t cols, const RowSource& src,

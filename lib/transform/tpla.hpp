@@ -2,12 +2,9 @@
 // TPLA slicing of one reparameterised MLA layer for tensor-parallel degree tp with g latent
 // groups (SPEC section 2 steps 3-4; docs/sharding.md).
 //
-// Rank numbering: rank r is in group k = r / (tp/g) and has index j = r % (tp/g) inside it.
-//  - group k holds latent slice [k*d_c/g, (k+1)*d_c/g) for ALL heads;
-//  - inside a group heads are split tp/g ways: rank j holds heads [j*H/(tp/g), (j+1)*H/(tp/g)).
-// So g = 1 is ordinary head-parallel MLA and g = tp gives every rank all heads and 1/tp of the
-// latent. Each head's output is the sum over groups of its slice's attention; o_proj is
-// row-parallel, so the all-reduce of o_proj outputs over all ranks sums exactly that.
+// Rank placement (which heads, which latent columns): model::TplaLayout. Each head's output is
+// the sum over groups of its slice's attention; o_proj is row-parallel, so the all-reduce of
+// o_proj outputs over all ranks sums exactly that.
 //
 // Corrections folded into the rank's weights (gamma already absorbed, so gamma_kv = 1):
 //  - kv_a_layernorm (width d_c/g) := sqrt(g f_k) under --norm approx, so the local
@@ -25,36 +22,17 @@
 #include "core/tensor.hpp"
 #include "model/attention_reference.hpp"
 #include "model/config.hpp"
+#include "model/tpla_layout.hpp"
 
 namespace mla::transform {
 
-enum class NormMode { Approx, Exact };
-std::string_view norm_mode_name(NormMode m);  // "approx" | "exact"
-NormMode parse_norm_mode(std::string_view name);
-
-struct Range {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - begin; }
-};
-
-struct TplaLayout {
-  int tp = 1;
-  int g = 1;
-  int64_t num_heads = 0;      // H (global)
-  int64_t kv_lora_rank = 0;   // d_c (global)
-
-  // Checks tp in {1,2,4,8}, g | tp, H % (tp/g) == 0, d_c % g == 0; InputError names the
-  // field and value otherwise.
-  static TplaLayout make(const model::MlaConfig& cfg, int tp, int g);
-  int ranks_per_group() const { return tp / g; }
-  int group_of(int rank) const { return rank / ranks_per_group(); }
-  int index_in_group(int rank) const { return rank % ranks_per_group(); }
-  int64_t heads_per_rank() const { return num_heads / ranks_per_group(); }
-  int64_t latent_per_group() const { return kv_lora_rank / g; }
-  Range heads(int rank) const;
-  Range latent(int rank) const;
-};
+// The placement and the norm modes are model's (model/tpla_layout.hpp), shared with the
+// float64 reference and verify-decode.
+using model::NormMode;
+using model::norm_mode_name;
+using model::parse_norm_mode;
+using model::Range;
+using model::TplaLayout;
 
 // Per-layer corrections: f [g] (energy fractions, default 1/g) and mu [H, g] (default 1).
 struct SliceCorrections {

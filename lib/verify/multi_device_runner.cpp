@@ -51,7 +51,7 @@ int visible_cuda_devices() {
 struct RankJob {
   int64_t layer;
   const model::MlaConfig& cfg;  // original: global d_c, eps
-  const transform::RankAttention& rank_attn;
+  const io::RankAttention& rank_attn;
   const std::vector<MatrixR>& h;
   int64_t P, T;
   int page_size;
@@ -361,7 +361,7 @@ void MultiDeviceRunner::on_every_rank(F&& fn) {
 }
 
 std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model::MlaConfig& cfg,
-                                                     const std::vector<transform::RankAttention>& ranks,
+                                                     const std::vector<io::RankAttention>& ranks,
                                                      const std::vector<MatrixR>& h, int64_t P, int64_t T, int page_size,
                                                      uint64_t seed) {
   const int tp = static_cast<int>(ranks.size());
@@ -388,7 +388,7 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model:
 }
 
 std::vector<MatrixR> MultiDeviceRunner::decode_layer_dcp(int64_t layer, const model::MlaConfig& cfg,
-                                                         const transform::RankAttention& full,
+                                                         const io::RankAttention& full,
                                                          const std::vector<MatrixR>& h, int64_t P, int64_t T,
                                                          int page_size, uint64_t seed) {
   if (full.tpla.contains("tp") && full.tpla.at("tp").get<int>() != 1)

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "io/converted_checkpoint.hpp"
 #include "model/config.hpp"
-#include "transform/convert.hpp"
 
 namespace mla::verify {
 
@@ -67,7 +67,7 @@ class MultiDeviceRunner {
   // all-reduced output of every decoded token, per sequence [T, D] (every rank holds the same;
   // rank 0's is returned). Page placement: the sequential path's (seed + 7919 r).
   std::vector<MatrixR> decode_layer(int64_t layer, const model::MlaConfig& cfg,
-                                    const std::vector<transform::RankAttention>& ranks, const std::vector<MatrixR>& h,
+                                    const std::vector<io::RankAttention>& ranks, const std::vector<MatrixR>& h,
                                     int64_t P, int64_t T, int page_size, uint64_t seed);
 
   // Decode context parallelism (DCP, the exact alternative to TPLA): every rank holds the
@@ -78,7 +78,7 @@ class MultiDeviceRunner {
   // each rank scales its latent output by exp(lse_r - lse_total), applies W_UV and o_proj (linear,
   // so the scaled partials sum to the exact output) and the partials are all-reduced ("o_proj").
   // Queries are computed on every rank (replicated q projection). Returns [T, D] per sequence.
-  std::vector<MatrixR> decode_layer_dcp(int64_t layer, const model::MlaConfig& cfg, const transform::RankAttention& full,
+  std::vector<MatrixR> decode_layer_dcp(int64_t layer, const model::MlaConfig& cfg, const io::RankAttention& full,
                                         const std::vector<MatrixR>& h, int64_t P, int64_t T, int page_size,
                                         uint64_t seed);
 

@@ -13,9 +13,9 @@
 #include "core/error.hpp"
 #include "io/capture.hpp"
 #include "io/checkpoint.hpp"
+#include "io/converted_checkpoint.hpp"
 #include "io/mla_weights.hpp"
 #include "model/attention_reference.hpp"
-#include "transform/convert.hpp"
 #include "verify/shared_prefix_backend.hpp"
 
 namespace mla::verify {
@@ -69,7 +69,7 @@ std::vector<double> flatten(const std::vector<MatrixR>& ms) {
 }
 
 // The mixed path and the float64 converted path of one layer; out[b] is [T, D].
-void run_layer(const transform::RankAttention& r, const std::vector<MatrixR>& h, int64_t N, int64_t P, int64_t T,
+void run_layer(const io::RankAttention& r, const std::vector<MatrixR>& h, int64_t N, int64_t P, int64_t T,
                const VerifyOptions& o, std::vector<MatrixR>& mixed, std::vector<MatrixR>& f64) {
   const MlaConfig& cfg = r.config;
   const auto& w = r.weights;
@@ -203,7 +203,7 @@ SharedPrefixReport verify_shared_prefix(const VerifyOptions& o, int64_t N) {
     std::vector<MatrixR> h = read_inputs(cap, o, layer, n_tok);
     for (size_t b = 1; b < h.size(); ++b) h[b].topRows(N) = h[0].topRows(N);  // the shared prefix
     const model::AttentionWeights original = io::load_attention_weights(orig, layer);
-    const transform::RankAttention r = transform::load_rank_attention(o.converted / transform::rank_dir_name(0, 1), layer);
+    const io::RankAttention r = io::load_rank_attention(o.converted / io::rank_dir_name(0, 1), layer);
     std::vector<MatrixR> ref;
     for (const auto& hb : h) ref.push_back(model::attention_naive(cfg, original, hb, 0).bottomRows(o.decode));
     std::vector<MatrixR> mixed, f64;

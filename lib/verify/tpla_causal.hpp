@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "io/converted_checkpoint.hpp"
 #include "model/config.hpp"
-#include "transform/convert.hpp"
 
 namespace mla::verify {
 
 struct TplaLayerView {
   const model::MlaConfig* cfg = nullptr;                   // the original model's
-  const std::vector<transform::RankAttention>* ranks = nullptr;
+  const std::vector<io::RankAttention>* ranks = nullptr;
   const std::vector<int>* group_of = nullptr;              // latent group of each rank
   int g = 1;
   bool exact_norm = false;

@@ -15,14 +15,15 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "io/checkpoint.hpp"
-#include "io/fingerprint.hpp"
+#include "io/byte_text.hpp"
 #include "io/capture.hpp"
+#include "io/checkpoint.hpp"
+#include "io/converted_checkpoint.hpp"
+#include "io/fingerprint.hpp"
 #include "io/mla_weights.hpp"
 #include "model/attention_reference.hpp"
 #include "model/dense_forward.hpp"
 #include "model/rmsnorm.hpp"
-#include "transform/convert.hpp"
 #include "verify/decode_backend.hpp"
 #include "verify/fp8_backend.hpp"
 #include "verify/multi_device_runner.hpp"
@@ -43,7 +44,7 @@ struct LayerContext {
   int64_t layer = 0;
   MlaConfig cfg;                     // the original model's
   AttentionWeights original;         // float64, original checkpoint
-  std::vector<transform::RankAttention> ranks;
+  std::vector<io::RankAttention> ranks;
   std::vector<int> group_of;         // per rank
   int tp = 1, g = 1;
   bool exact_norm = false;
@@ -54,21 +55,13 @@ struct ConvertedOutputs {
   std::vector<MatrixR> f64;     // per sequence [T, D]
 };
 
-// The converted TPLA decode of one layer for a batch of sequences h[b] [P + T, D].
-ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>& h, int64_t P, int64_t T,
-                               DecodeBackend& backend, int page_size, uint64_t seed, bool want_f64 = true) {
-  const int64_t B = static_cast<int64_t>(h.size());
-  const int64_t D = L.cfg.hidden_size;
-  const int64_t n_tok = P + T;
-  const double eps = L.cfg.rms_norm_eps;
-  ConvertedOutputs out;
-  out.kernel.assign(B, MatrixR::Zero(T, D));
-  out.f64.assign(B, MatrixR::Zero(T, D));
+// Per rank and sequence: its latent slice c_k, k_pe, and absorbed queries (mu folded in).
+struct RankSeq {
+  MatrixR c, x_local, k_pe, q_lat, q_pe;
+};
 
-  // Per rank and sequence: its latent slice c_k, k_pe, and absorbed queries (mu folded in).
-  struct RankSeq {
-    MatrixR c, x_local, k_pe, q_lat, q_pe;
-  };
+std::vector<std::vector<RankSeq>> project_ranks(const LayerContext& L, const std::vector<MatrixR>& h) {
+  const int64_t B = static_cast<int64_t>(h.size());
   std::vector<std::vector<RankSeq>> rs(L.tp, std::vector<RankSeq>(B));
   for (int r = 0; r < L.tp; ++r) {
     const auto& cfg_r = L.ranks[r].config;
@@ -83,7 +76,13 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
       s.q_pe = std::move(q.q_pe);
     }
   }
-  // Exact global rms per token from one rank of each group (the all-reduced sum of squares).
+  return rs;
+}
+
+// Exact global rms per token from one rank of each group (the all-reduced sum of squares).
+std::vector<VectorD> global_rms(const LayerContext& L, const std::vector<std::vector<RankSeq>>& rs, int64_t B,
+                                int64_t n_tok) {
+  const double eps = L.cfg.rms_norm_eps;
   std::vector<int> group_rep(L.g, -1);
   for (int r = 0; r < L.tp; ++r)
     if (group_rep[L.group_of[r]] < 0) group_rep[L.group_of[r]] = r;
@@ -95,6 +94,44 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
       return std::sqrt(v + eps);
     });
   }
+  return rms_global;
+}
+
+// Rank r's cache rows: prompt rows hold the exact global x (PD separation), decoded rows the
+// rank's own normalisation (approx) or the all-reduced one (exact).
+std::vector<MatrixR> rank_cache_rows(const LayerContext& L, int r, const std::vector<RankSeq>& seqs,
+                                     const std::vector<VectorD>& rms_global, int64_t P, int64_t n_tok) {
+  const auto& w_r = L.ranks[r].weights;
+  const int64_t B = static_cast<int64_t>(seqs.size()), d_c = L.ranks[r].config.kv_lora_rank;
+  std::vector<MatrixR> X(B);
+  for (int64_t b = 0; b < B; ++b) {
+    const RankSeq& s = seqs[b];
+    X[b].resize(n_tok, d_c);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (t < P) {
+        X[b].row(t) = s.c.row(t) / rms_global[b](t);
+      } else if (L.exact_norm) {
+        X[b].row(t) = (s.c.row(t) / rms_global[b](t)).cwiseProduct(w_r.kv_a_layernorm.transpose());
+      } else {
+        X[b].row(t) = s.x_local.row(t);
+      }
+    }
+  }
+  return X;
+}
+
+// The converted TPLA decode of one layer for a batch of sequences h[b] [P + T, D].
+ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>& h, int64_t P, int64_t T,
+                               DecodeBackend& backend, int page_size, uint64_t seed, bool want_f64 = true) {
+  const int64_t B = static_cast<int64_t>(h.size());
+  const int64_t D = L.cfg.hidden_size;
+  const int64_t n_tok = P + T;
+  ConvertedOutputs out;
+  out.kernel.assign(B, MatrixR::Zero(T, D));
+  out.f64.assign(B, MatrixR::Zero(T, D));
+
+  const std::vector<std::vector<RankSeq>> rs = project_ranks(L, h);
+  const std::vector<VectorD> rms_global = global_rms(L, rs, B, n_tok);
 
   const int64_t pages_per_seq = (n_tok + page_size - 1) / page_size;
   for (int r = 0; r < L.tp; ++r) {
@@ -104,22 +141,7 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
     const int64_t dim = d_c + d_r;
     const double scale = cfg_r.softmax_scale();
 
-    // Cache rows: prompt rows hold the exact global x (PD separation), decoded rows the
-    // rank's own normalisation (approx) or the all-reduced one (exact).
-    std::vector<MatrixR> X(B);
-    for (int64_t b = 0; b < B; ++b) {
-      const RankSeq& s = rs[r][b];
-      X[b].resize(n_tok, d_c);
-      for (int64_t t = 0; t < n_tok; ++t) {
-        if (t < P) {
-          X[b].row(t) = s.c.row(t) / rms_global[b](t);
-        } else if (L.exact_norm) {
-          X[b].row(t) = (s.c.row(t) / rms_global[b](t)).cwiseProduct(w_r.kv_a_layernorm.transpose());
-        } else {
-          X[b].row(t) = s.x_local.row(t);
-        }
-      }
-    }
+    const std::vector<MatrixR> X = rank_cache_rows(L, r, rs[r], rms_global, P, n_tok);
 
     // ---- kernel path: paged bf16 cache, random page placement, sentinel past the end ----
     CacheShape shape;
@@ -201,7 +223,7 @@ LayerContext load_layer(const io::Checkpoint& orig, const fs::path& converted, i
   L.original = original_weights ? *original_weights : io::load_attention_weights(orig, layer);
   L.tp = tp;
   for (int r = 0; r < tp; ++r) {
-    L.ranks.push_back(transform::load_rank_attention(converted / transform::rank_dir_name(r, tp), layer));
+    L.ranks.push_back(io::load_rank_attention(converted / io::rank_dir_name(r, tp), layer));
     const auto& t = L.ranks.back().tpla;
     L.group_of.push_back(t.at("group").get<int>());
     L.g = t.at("g").get<int>();
@@ -485,7 +507,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   const double devices_tolerance = o.dcp ? o.kernel_rel_l2 : kDevicesRelTolerance;
   rep.pass = true;
   {
-    const auto r0 = transform::load_rank_attention(o.converted / transform::rank_dir_name(0, tp), layers.front());
+    const auto r0 = io::load_rank_attention(o.converted / io::rank_dir_name(0, tp), layers.front());
     rep.tp = tp;
     rep.g = r0.tpla.at("g").get<int>();
     rep.reparam = r0.tpla.value("reparam", "?");

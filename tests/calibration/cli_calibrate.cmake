@@ -1,4 +1,4 @@
-# mla-calibrate CLI round trip on the shipped tiny models (issue 5): captures of a shipped text
+# mla-calibrate CLI round trip on the shipped tiny models: captures of a shipped text
 # (docs/math.md as bytes) by `mla-forward capture`, calibration of tiny-v2 (exit 0, calib.h5 +
 # JSON + report written), two captures merged, a tiny-v3 capture rejected (exit 1, message names
 # the fingerprint), and `mla-convert --reparam pca --calib` accepting the calib for tiny-v2 and

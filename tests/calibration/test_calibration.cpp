@@ -1,4 +1,4 @@
-// Known answers of mla-calibrate (issue 5): Hadamard f_k on isotropic data, PCA on a known
+// Known answers of mla-calibrate: Hadamard f_k on isotropic data, PCA on a known
 // covariance, the FP4 constant on Gaussian groups, determinism, and the input errors.
 #include <gtest/gtest.h>
 
@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <random>
 
+#include "common/scratch_dir.hpp"
 #include "calibration/calibrate.hpp"
 #include "calibration/synthetic.hpp"
 #include "core/error.hpp"
+#include "io/calib_file.hpp"
 #include "io/capture.hpp"
 #include "io/hdf5.hpp"
+#include "model/test_fixtures.hpp"
 #include "quant/fp4_kv.hpp"
 
 using namespace mla;
@@ -20,16 +23,12 @@ using namespace mla::calib;
 namespace fs = std::filesystem;
 
 namespace {
-constexpr double kIsotropicTol = 0.01;  // issue: f_k within 1% of 1/g
+constexpr double kIsotropicTol = 0.01;  // required: f_k within 1% of 1/g
 
-fs::path tmpdir() {
-  const fs::path d = fs::temp_directory_path() / ("mla_calib_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
+fs::path tmpdir() { return mla::test::process_scratch_dir("mla_calib_test"); }
 
 model::MlaConfig cfg64() {  // d_c = 64 so the latent statistics are cheap but not trivial
-  model::MlaConfig c = model::tiny_v2_config();
+  model::MlaConfig c = model::test_config_v2_style();
   c.kv_lora_rank = 64;
   return c;
 }
@@ -86,7 +85,9 @@ TEST(Calibration, PcaRecoversKnownDiagonalCovariance) {
     // The i-th principal axis is the channel with the i-th largest scale.
     const int ch = (i * 37) % 64;
     EXPECT_GT(std::fabs(L.pca_basis(ch, i)), 0.95) << "axis " << i;
-    if (i) EXPECT_LE(L.eigenvalues[i], L.eigenvalues[i - 1]);
+    if (i) {
+      EXPECT_LE(L.eigenvalues[i], L.eigenvalues[i - 1]);
+    }
   }
   // PCA puts more energy in the first slice than the identity basis does.
   EXPECT_GT(L.slices.at(2).at("pca").f[0], L.slices.at(2).at("identity").f[0] + 0.1);
@@ -106,7 +107,7 @@ TEST(Calibration, Fp4ConstantOnGaussianGroups) {
 }
 
 TEST(Calibration, HiddenCaptureGivesMuR2AndFp8StudyAndIsDeterministic) {
-  const auto cfg = model::tiny_v2_config();
+  const auto cfg = model::test_config_v2_style();
   const auto w = model::random_attention_weights(cfg, 5);
   const fs::path dir = tmpdir();
   SyntheticCaptureSpec spec;
@@ -135,9 +136,10 @@ TEST(Calibration, HiddenCaptureGivesMuR2AndFp8StudyAndIsDeterministic) {
   const auto r2 = calibrate(cfg, [&](int64_t) { return w; }, "fp", opt);
   write_calib_h5(r2, (dir / "b.h5").string());
   EXPECT_EQ(slurp(dir / "a.h5"), slurp(dir / "b.h5"));
-  EXPECT_FALSE(fs::exists(dir / "a.h5.tmp"));
+  for (const auto& e : fs::directory_iterator(dir))  // no temporary of the atomic writes is left
+    EXPECT_FALSE(e.path().filename().string().starts_with(".")) << e.path();
   auto f = io::h5::File::open_read(dir / "a.h5");
-  EXPECT_EQ(f.root().attr_string("schema"), "mla-calib/1");
+  EXPECT_EQ(f.root().attr_string("schema"), io::kCalibSchema);
   EXPECT_EQ(f.root().attr_int("hadamard_seed"), static_cast<int64_t>(opt.hadamard_seed));
   io::h5::Dims d;
   f.root().read<double>("layer_00/g4/pca/energy_fraction", &d);
@@ -163,7 +165,7 @@ TEST(Calibration, ClearErrors) {
   catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("num_layers = 3"), std::string::npos); }
   // Width mismatch: a capture made for d_c = 32 read as d_c = 64.
   spec.num_layers = 1;
-  write_synthetic_capture((dir / "w.h5").string(), model::tiny_v2_config(), spec);
+  write_synthetic_capture((dir / "w.h5").string(), model::test_config_v2_style(), spec);
   opt.captures = {(dir / "w.h5").string()};
   try { calibrate(cfg, gamma_one(cfg), "", opt); FAIL(); }
   catch (const InputError& e) { EXPECT_NE(std::string(e.what()).find("latent has shape [4, 16, 32]"), std::string::npos) << e.what(); }
@@ -410,7 +412,7 @@ TEST(Calibration, Float32MomentWithinToleranceOfFloat64) {
 TEST(Calibration, HiddenCaptureWithoutProjectionWeightsIsAnInputError) {
   // A capture holding h needs kv_a_proj_with_mqa (mla-calibrate --model); with --config only
   // (gamma = 1, no projections) it must fail clearly, not read garbage.
-  const auto cfg = model::tiny_v2_config();
+  const auto cfg = model::test_config_v2_style();
   const fs::path dir = tmpdir();
   SyntheticCaptureSpec spec;
   spec.sequences = 4; spec.seq_len = 16; spec.latent = false;
@@ -528,11 +530,11 @@ TEST(Calibration, Bf16MomentKernelOnOddRowCountsAndLongSequences) {
   std::normal_distribution<float> nd;
   for (auto [rows, d] : {std::pair<int64_t, int>{1, 512}, {7, 512}, {33, 96}, {4097, 64}}) {
     std::vector<uint16_t> c(static_cast<std::size_t>(rows * d));
-    for (auto& v : c) v = round_bf16(nd(rng));
+    for (auto& v : c) v = float_to_bf16(nd(rng));
     MatrixR want = MatrixR::Zero(d, d);
     for (int64_t t = 0; t < rows; ++t) {
       Eigen::RowVectorXd u(d);
-      for (int i = 0; i < d; ++i) u(i) = widen_bf16(c[static_cast<std::size_t>(t * d + i)]);
+      for (int i = 0; i < d; ++i) u(i) = bf16_to_float(c[static_cast<std::size_t>(t * d + i)]);
       u /= std::sqrt(u.squaredNorm() / d + 1e-6);
       want += u.transpose() * u;
     }
@@ -558,7 +560,7 @@ TEST(Calibration, Bf16SyntheticCaptureHoldsTheRoundedFloat32Values) {
   for (const char* ds : {"calib/layer_00/latent", "calib/layer_00/k_pe"}) {
     const auto x = a.root().open(ds).read_rows<float>(0, 3), y = b.root().open(ds).read_rows<float>(0, 3);
     ASSERT_EQ(x.size(), y.size());
-    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(widen_bf16(round_bf16(x[i])), y[i]) << ds << " " << i;
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bf16_to_float(float_to_bf16(x[i])), y[i]) << ds << " " << i;
   }
   // The file's type is the self-describing bfloat16 float type (2 bytes, 8-bit exponent).
   StoredType t{};
@@ -611,8 +613,8 @@ TEST(Calibration, NonFiniteBf16ValueAndNonFloatDatasetAreNamed) {
     auto g = r.require_group("calib/layer_00");
     const hid_t bf = make_bf16_h5_type();
     auto put = [&](const char* name, hsize_t w, float bad_at_s2_t5_c7) {
-      std::vector<uint16_t> v(4 * 16 * w, round_bf16(1.0f));
-      v[(2 * 16 + 5) * w + 7] = round_bf16(bad_at_s2_t5_c7);
+      std::vector<uint16_t> v(4 * 16 * w, float_to_bf16(1.0f));
+      v[(2 * 16 + 5) * w + 7] = float_to_bf16(bad_at_s2_t5_c7);
       hsize_t dims[3] = {4, 16, w}, chunk[3] = {1, 16, w};
       const hid_t sp = H5Screate_simple(3, dims, nullptr), pl = H5Pcreate(H5P_DATASET_CREATE);
       H5Pset_chunk(pl, 3, chunk);
@@ -653,7 +655,7 @@ TEST(Calibration, NonFiniteBf16ValueAndNonFloatDatasetAreNamed) {
 
 TEST(Calibration, CaptureReaderWidensBf16HiddenCaptures) {
   // io::CaptureReader (verify-decode) reads a bfloat16 capture through HDF5's conversion.
-  const auto cfg = model::tiny_v2_config();
+  const auto cfg = model::test_config_v2_style();
   const fs::path dir = tmpdir();
   SyntheticCaptureSpec spec;
   spec.sequences = 2; spec.seq_len = 8; spec.latent = false;
@@ -663,7 +665,7 @@ TEST(Calibration, CaptureReaderWidensBf16HiddenCaptures) {
   const io::CaptureReader a(dir / "h32.h5"), b(dir / "h16.h5");
   const auto x = a.hidden("calib", 0, 1), y = b.hidden("calib", 0, 1);
   ASSERT_EQ(x.size(), y.size());
-  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(widen_bf16(round_bf16(x[i])), y[i]) << i;
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bf16_to_float(float_to_bf16(x[i])), y[i]) << i;
 }
 
 TEST(Calibration, FastFp4ObjectivesMatchTheLibrary) {

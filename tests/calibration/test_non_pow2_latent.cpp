@@ -7,11 +7,13 @@
 
 #include <filesystem>
 
+#include "common/scratch_dir.hpp"
 #include "calibration/calibrate.hpp"
 #include "calibration/synthetic.hpp"
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
 #include "model/attention_reference.hpp"
+#include "model/test_fixtures.hpp"
 #include "transform/calib_input.hpp"
 #include "transform/reparam.hpp"
 
@@ -21,7 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 model::MlaConfig cfg96() {
-  model::MlaConfig c = model::tiny_v2_config();
+  model::MlaConfig c = model::test_config_v2_style();
   c.kv_lora_rank = 96;
   return c;
 }
@@ -37,8 +39,8 @@ WeightsProvider gamma_one(const model::MlaConfig& cfg) {
 
 TEST(NonPowerOfTwoLatent, CalibratesEverythingDefinedAndTheBlockHadamard) {
   const auto cfg = cfg96();
-  const fs::path dir = fs::temp_directory_path() / ("mla_calib96_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const mla::test::ScratchDir scratch("mla_calib96");
+  const fs::path dir = scratch.path();
   const fs::path cap = dir / "c96.h5";
   SyntheticCaptureSpec spec;
   spec.sequences = 20;
@@ -77,7 +79,6 @@ TEST(NonPowerOfTwoLatent, CalibratesEverythingDefinedAndTheBlockHadamard) {
   EXPECT_FALSE(f.root().exists("layer_00/g2/hadamard"));
   EXPECT_EQ(f.root().attr_string("mixing_basis"), "hadamard-block");
   EXPECT_NE(f.root().attr_string("hadamard_unavailable").find("not a power of two"), std::string::npos);
-  fs::remove_all(dir);
 }
 
 TEST(NonPowerOfTwoLatent, ConvertRotationsForWidth96) {

@@ -7,13 +7,16 @@
 #include <filesystem>
 #include <random>
 
+#include "common/scratch_dir.hpp"
 #include "calibration/calibrate.hpp"
 #include "calibration/qk_basis.hpp"
 #include "calibration/synthetic.hpp"
+#include "io/byte_text.hpp"
 #include "io/capture.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
 #include "io/mla_weights.hpp"
+#include "model/test_fixtures.hpp"
 
 using namespace mla;
 using namespace mla::calib;
@@ -84,10 +87,10 @@ TEST(QkBasis, EqualsPcaWhenQueriesAreIsotropic) {
 
 TEST(QkBasis, CalibrationWithoutQueriesGivesThePcaBasis) {
   // A latent capture has no h, hence no queries: M_q = I and qk must be PCA's basis.
-  model::MlaConfig cfg = model::tiny_v2_config();
+  model::MlaConfig cfg = model::test_config_v2_style();
   cfg.kv_lora_rank = 64;
-  const fs::path dir = fs::temp_directory_path() / ("mla_qk_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const mla::test::ScratchDir scratch("mla_qk_test");
+  const fs::path dir = scratch.path();
   SyntheticCaptureSpec spec;
   spec.sequences = 10;
   spec.seq_len = 64;
@@ -106,7 +109,6 @@ TEST(QkBasis, CalibrationWithoutQueriesGivesThePcaBasis) {
   const auto& L = r.layers[0];
   EXPECT_EQ(L.qk_queries, 0);
   EXPECT_EQ((L.qk_basis - L.pca_basis).cwiseAbs().maxCoeff(), 0.0);
-  fs::remove_all(dir);
 }
 
 TEST(QkBasis, NeverBelowPcaOnHeldOutSyntheticPairs) {
@@ -144,8 +146,8 @@ TEST(QkBasis, NeverBelowPcaOnHeldOutPairsOfTheTinyModel) {
   const auto bytes = io::read_bytes(fs::path(MLA_SOURCE_DIR) / "docs" / "calibration.md");
   const auto windows = io::byte_windows(bytes, 96, 30);
   ASSERT_EQ(windows.size(), 30u);
-  const fs::path dir = fs::temp_directory_path() / ("mla_qk_tiny_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const mla::test::ScratchDir scratch("mla_qk_tiny");
+  const fs::path dir = scratch.path();
   io::CaptureMeta meta;
   meta.model_type = ckpt.config().model_type;
   meta.num_layers = ckpt.config().num_hidden_layers;
@@ -179,5 +181,4 @@ TEST(QkBasis, NeverBelowPcaOnHeldOutPairsOfTheTinyModel) {
     }
     EXPECT_GT(sum_qk, sum_pca) << "layer " << L.layer;
   }
-  fs::remove_all(dir);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checkpoint: a config as transformers 5.x saves DeepseekV3Config, whose
+# A checkpoint whose config is as transformers 5.x saves DeepseekV3Config, whose
 # num_key_value_heads keeps the class default 128 whatever num_attention_heads is. MLA does not
 # use the key: mla-inspect and mla-convert warn and go on, and each rank's config gets its own
 # head count there.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "core/dtype.hpp"
 #include "core/tensor.hpp"
@@ -88,4 +89,17 @@ TEST(DType, Ue8m0IsPowerOfTwo) {
   EXPECT_EQ(ue8m0_to_float(127), 1.0f);
   EXPECT_EQ(ue8m0_to_float(130), 8.0f);
   EXPECT_TRUE(std::isnan(ue8m0_to_float(255)));
+}
+
+TEST(DType, FastDoubleToBf16MatchesScalarOracle) {
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> mant(-1.0, 1.0);
+  std::uniform_int_distribution<int> ex(-140, 130);
+  for (int i = 0; i < 200000; ++i) {
+    const double v = std::ldexp(mant(rng), ex(rng));
+    ASSERT_EQ(fast_double_to_bf16(v), double_to_bf16(v)) << v;
+  }
+  // Ties: exactly halfway between two BF16 values round to even.
+  const double tie = 1.0 + std::ldexp(1.0, -8);
+  EXPECT_EQ(fast_double_to_bf16(tie), double_to_bf16(tie));
 }

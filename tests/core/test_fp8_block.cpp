@@ -7,11 +7,9 @@
 #include <random>
 
 #include "core/error.hpp"
-#include "io/checkpoint.hpp"
+#include "core/fp8_block.hpp"
 
 using namespace mla;
-using io::dequantize_fp8_block;
-using io::quantize_fp8_block;
 
 namespace {
 
@@ -25,7 +23,7 @@ OwnedTensor e4m3_tensor(Shape shape, const std::vector<uint8_t>& codes) {
   std::memcpy(t.bytes.data(), codes.data(), codes.size());
   return t;
 }
-float scale_at(const io::Fp8Block& b, int64_t bi, int64_t bj) {
+float scale_at(const Fp8Block& b, int64_t bi, int64_t bj) {
   float s;
   std::memcpy(&s, b.scale_inv.bytes.data() + (bi * b.scale_inv.shape[1] + bj) * 4, 4);
   return s;

@@ -4,30 +4,18 @@
 
 #include <fstream>
 
+#include "common/scratch_dir.hpp"
 #include "core/error.hpp"
-#include "io/atomic_dir.hpp"
+#include "io/atomic_output.hpp"
 
 namespace fs = std::filesystem;
 using mla::io::AtomicDirectory;
 
 namespace {
 
-// a + b, appended: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string.
-std::string join(std::string_view a, std::string_view b) {
-  std::string s(a);
-  s += b;
-  return s;
-}
-
 struct Scratch {
-  fs::path root = fs::temp_directory_path() /
-                  (join("mla_atomic_", ::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-                   "_" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(root);
-    fs::create_directories(root);
-  }
-  ~Scratch() { fs::remove_all(root); }
+  mla::test::ScratchDir dir{"mla_atomic"};
+  const fs::path root = dir.path();
   size_t entries() const { return static_cast<size_t>(std::distance(fs::directory_iterator(root), fs::directory_iterator())); }
 };
 
@@ -113,4 +101,33 @@ TEST(AtomicDirectory, RefusesToOverlapItsInput) {
   AtomicDirectory ok(s.root / "model-out", false, {in});
   ok.commit();
   EXPECT_TRUE(fs::is_directory(s.root / "model-out"));
+}
+
+TEST(AtomicFile, WritesThroughAHiddenTemporaryAndLeavesNothingElse) {
+  Scratch s;
+  const fs::path out = s.root / "manifest.json";
+  {
+    mla::io::AtomicFile f(out);
+    EXPECT_EQ(f.tmp_path().parent_path(), s.root);  // same filesystem: rename is atomic
+    EXPECT_EQ(f.tmp_path().filename().string().rfind(".manifest.json.tmp-", 0), 0u) << f.tmp_path();
+    touch(f.tmp_path(), "partial");
+  }  // not committed: the temporary goes, nothing appears
+  EXPECT_EQ(s.entries(), 0u);
+  mla::io::write_file_atomically(out, "{\"a\": 1}\n");
+  mla::io::write_file_atomically(out, "{\"a\": 2}\n", /*durable=*/true);  // replaces
+  EXPECT_EQ(slurp(out), "{\"a\": 2}\n");
+  EXPECT_EQ(s.entries(), 1u);
+}
+
+TEST(AtomicFile, AFailedWriteNamesTheTemporaryAndTheReason) {
+  Scratch s;
+  try {
+    mla::io::write_file_atomically(s.root / "no-such-dir" / "x.json", "{}");
+    ADD_FAILURE() << "expected an error";
+  } catch (const mla::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(".x.json.tmp-"), std::string::npos) << what;
+    EXPECT_NE(what.find("No such file or directory"), std::string::npos) << what;
+  }
+  EXPECT_EQ(s.entries(), 0u);
 }

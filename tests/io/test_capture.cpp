@@ -4,20 +4,19 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "common/scratch_dir.hpp"
+#include "io/byte_text.hpp"
 #include "io/capture.hpp"
 #include "io/checkpoint.hpp"
 #include "io/hdf5.hpp"
+#include "io/mla_weights.hpp"
 #include "model/dense_forward.hpp"
 
 namespace {
 
 using mla::MatrixR;
 
-std::filesystem::path temp_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("mla_capture_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::filesystem::path temp_dir() { return mla::test::process_scratch_dir("mla_capture_test"); }
 
 TEST(Capture, DenseWriterRoundTripsThroughReader) {
   const auto ckpt = mla::io::Checkpoint::open(std::string(MLA_SOURCE_DIR) + "/datasets/tiny-v3");

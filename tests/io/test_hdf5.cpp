@@ -8,17 +8,14 @@
 #include <thread>
 #include <unistd.h>
 
+#include "common/scratch_dir.hpp"
 #include "io/hdf5.hpp"
 
 namespace fs = std::filesystem;
 using namespace mla::io;
 
 namespace {
-fs::path temp_file(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("mla_h5_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
-}
+fs::path temp_file(const std::string& name) { return mla::test::process_scratch_dir("mla_h5_test") / name; }
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};

@@ -9,7 +9,8 @@
 #include <sstream>
 #include <thread>
 
-#include "io/atomic_dir.hpp"
+#include "common/scratch_dir.hpp"
+#include "io/atomic_output.hpp"
 #include "io/fingerprint.hpp"
 #include "io/safetensors.hpp"
 
@@ -31,21 +32,16 @@ const DType kAllDtypes[] = {DType::BOOL, DType::U8, DType::I8, DType::U16, DType
                             DType::I32, DType::U64, DType::I64, DType::F8_E4M3, DType::F8_E5M2,
                             DType::F8_E8M0, DType::F4, DType::F16, DType::BF16, DType::F32, DType::F64};
 
-// A per-test scratch directory, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / (join("mla_io_", info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
+using TempDir = mla::test::ScratchDir;
 
- private:
-  fs::path path_;
-};
+// Temporaries an io::AtomicFile for `final_path` left beside it (".NAME.tmp-PID-...").
+int temporaries_of(const fs::path& final_path) {
+  int n = 0;
+  const std::string prefix = "." + final_path.filename().string() + ".tmp-";
+  for (const auto& e : fs::directory_iterator(final_path.parent_path()))
+    if (e.path().filename().string().starts_with(prefix)) ++n;
+  return n;
+}
 
 std::vector<std::byte> read_bytes(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -161,7 +157,7 @@ TEST(Safetensors, WriterLayoutMatchesHandAssembledFile) {
   const auto got = read_bytes(dir.path() / "x.safetensors");
   ASSERT_EQ(got.size(), expected.size());
   EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size()));
-  EXPECT_FALSE(fs::exists(dir.path() / "x.safetensors.tmp"));
+  EXPECT_EQ(temporaries_of(dir.path() / "x.safetensors"), 0);
 }
 
 TEST(Safetensors, EveryTensorIsNaturallyAligned) {
@@ -210,7 +206,8 @@ TEST(Safetensors, StreamingWriterAcceptsAnyOrderFromThreads) {
   const auto path = dir.path() / "s.safetensors";
   {
     StreamingFileWriter w(path, specs, {});
-    EXPECT_FALSE(fs::exists(path));  // only the .tmp exists until finish()
+    EXPECT_FALSE(fs::exists(path));  // only the temporary exists until finish()
+    EXPECT_EQ(temporaries_of(path), 1);
     std::thread a([&] { for (int i = 63; i >= 0; i -= 2) w.write(ts[i].name, ts[i].bytes); });
     std::thread b([&] { for (int i = 0; i < 64; i += 2) w.write(ts[i].name, ts[i].bytes); });
     a.join();
@@ -260,7 +257,7 @@ TEST(Safetensors, StreamingWriterHashesWhileWriting) {
     }
     EXPECT_EQ(digest, sha256_file(path)) << "mode " << mode;
     EXPECT_EQ(read_bytes(path), ref) << "mode " << mode;
-    EXPECT_FALSE(fs::exists(join(path.string(), ".tmp")));
+    EXPECT_EQ(temporaries_of(path), 0);
   }
   // Without options.hash there is no digest.
   StreamingFileWriter plain(dir.path() / "plain", {{"a", DType::F32, {2}}}, {});
@@ -366,11 +363,11 @@ TEST(Safetensors, StreamingWriterRejectsMisuse) {
     w.write("a", a.bytes);
     expect_kind(Kind::DuplicateName, [&] { w.write("a", a.bytes); });
     expect_kind(Kind::MissingTensor, [&] { w.finish(); });  // 'b' never written
-    EXPECT_TRUE(fs::exists(dir.path() / "m.safetensors.tmp"));
+    EXPECT_EQ(temporaries_of(dir.path() / "m.safetensors"), 1);
   }
   // Abandoned: neither the final nor the temporary file remains.
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_FALSE(fs::exists(dir.path() / "m.safetensors.tmp"));
+  EXPECT_EQ(temporaries_of(path), 0);
 
   expect_kind(Kind::DuplicateName, [&] { plan_file({{"a", DType::U8, {1}}, {"a", DType::U8, {1}}}, {}); });
   expect_kind(Kind::BadShape, [&] { plan_file({{"a", DType::U8, {-2}}}, {}); });

@@ -9,7 +9,8 @@
 
 #include <fstream>
 
-#include "io/atomic_dir.hpp"
+#include "common/scratch_dir.hpp"
+#include "io/atomic_output.hpp"
 #include "io/hdf5.hpp"
 
 namespace fs = std::filesystem;
@@ -19,14 +20,8 @@ using mla::io::remove_stale_temporaries;
 namespace {
 
 struct Scratch {
-  fs::path root = fs::temp_directory_path() /
-                  ("mla_stale_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) +
-                   "_" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(root);
-    fs::create_directories(root);
-  }
-  ~Scratch() { fs::remove_all(root); }
+  mla::test::ScratchDir dir{"mla_stale"};
+  const fs::path root = dir.path();
   std::vector<fs::path> hidden() const {
     std::vector<fs::path> v;
     for (const auto& e : fs::directory_iterator(root))

@@ -15,6 +15,7 @@
 #include "model/metrics.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rope.hpp"
+#include "model/test_fixtures.hpp"
 
 namespace mla::model {
 namespace {
@@ -37,7 +38,7 @@ struct Case {
 // DeepSeek-V3 head dimensions (d_c 512, d_n 128, d_r 64, d_v 128, YaRN as published) with
 // few heads and a small D, so the test stays fast.
 MlaConfig v3_head_dims_config() {
-  MlaConfig c = tiny_v3_config();
+  MlaConfig c = test_config_v3_style();
   c.hidden_size = 256;
   c.num_heads = 2;
   c.q_lora_rank = 64;
@@ -49,7 +50,7 @@ MlaConfig v3_head_dims_config() {
   c.yarn->original_max_position_embeddings = 4096;
   return c;
 }
-std::vector<Case> cases() { return {{"v2", tiny_v2_config()}, {"v3_yarn", tiny_v3_config()}}; }
+std::vector<Case> cases() { return {{"v2", test_config_v2_style()}, {"v3_yarn", test_config_v3_style()}}; }
 
 // SPEC 1 written out per head with full K = [k_nope ; k_pe], Q = [q_nope ; q_pe], a -inf
 // mask and a plain softmax: shares only Rope and rmsnorm with the library.
@@ -100,9 +101,9 @@ MatrixR textbook_attention(const MlaConfig& cfg, const AttentionWeights& w, cons
 
 TEST(AttentionReference, SoftmaxScaleUnderYarn) {
   // (d_n + d_r)^-0.5 * mscale^2, mscale = 0.1 * 1.0 * ln 40 + 1 (by hand: 1.3688879454)
-  EXPECT_NEAR(tiny_v3_config().softmax_scale(), std::pow(24.0, -0.5) * 1.3688879454113936 *
+  EXPECT_NEAR(test_config_v3_style().softmax_scale(), std::pow(24.0, -0.5) * 1.3688879454113936 *
                                                     1.3688879454113936, 1e-15);
-  EXPECT_NEAR(tiny_v2_config().softmax_scale(), std::pow(20.0, -0.5), 1e-16);
+  EXPECT_NEAR(test_config_v2_style().softmax_scale(), std::pow(20.0, -0.5), 1e-16);
 }
 
 TEST(AttentionReference, NaiveEqualsAbsorbed) {
@@ -144,7 +145,7 @@ TEST(AttentionReference, MatchesTextbookImplementation) {
 
 // With a single token the softmax weight is 1: out = o_proj(concat_h W_UV[h] x), no query.
 TEST(AttentionReference, SingleTokenIsValuePath) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   const AttentionWeights w = random_attention_weights(cfg, 5);
   const MatrixR h = random_matrix(1, cfg.hidden_size, 6);
   const MatrixR c = (h * w.kv_a_proj_with_mqa.transpose()).leftCols(cfg.kv_lora_rank);
@@ -169,7 +170,7 @@ TEST(AttentionReference, PrefillThenDecodeEqualsFullCausal) {
 }
 
 TEST(AttentionReference, CacheMatchesTrace) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   const AttentionWeights w = random_attention_weights(cfg, 9);
   const MatrixR h = random_matrix(6, cfg.hidden_size, 10);
   PrefillResult pre = prefill(cfg, w, h.topRows(4));
@@ -250,7 +251,7 @@ TEST(AttentionReference, AbsorbedDecodeCoreMatchesNaiveLastRow) {
 }
 
 TEST(AttentionReference, ValidateNamesTheBadTensor) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   AttentionWeights w = random_attention_weights(cfg, 18);
   EXPECT_NO_THROW(w.validate(cfg));
   w.kv_b_proj = MatrixR::Zero(cfg.num_heads * 28, 31);
@@ -263,9 +264,9 @@ TEST(AttentionReference, ValidateNamesTheBadTensor) {
     EXPECT_NE(msg.find("[112, 31]"), std::string::npos) << msg;
     EXPECT_NE(msg.find("[112, 32]"), std::string::npos) << msg;
   }
-  AttentionWeights v2 = random_attention_weights(tiny_v2_config(), 19);
+  AttentionWeights v2 = random_attention_weights(test_config_v2_style(), 19);
   v2.q_a_proj = MatrixR::Zero(4, 4);
-  EXPECT_THROW(v2.validate(tiny_v2_config()), InputError);
+  EXPECT_THROW(v2.validate(test_config_v2_style()), InputError);
   EXPECT_THROW(attention_naive(cfg, random_attention_weights(cfg, 1), MatrixR::Zero(2, 5)),
                InputError);
 }

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "model/attention_reference.hpp"
 #include "model/rope.hpp"
+#include "model/test_fixtures.hpp"
 
 namespace mla::model {
 namespace {
@@ -50,7 +51,7 @@ TEST(Rope, PlainInvFreq) {
 // 8 ln(64/(32*2pi)) / (2 ln 1e4) = -0.497 -> floor -1 -> clamp 0, and
 // 8 ln(64/(2pi)) / (2 ln 1e4) = 1.008 -> ceil 2; ramp (i - 0)/2 = 0, 0.5, 1, 1.
 TEST(Rope, YarnInvFreqTinyHandComputed) {
-  const Rope rope(tiny_v3_config());
+  const Rope rope(test_config_v3_style());
   const std::vector<double> expect{1.0, 0.1 * 0.5 + 0.1 / 40 * 0.5, 0.01 / 40, 0.001 / 40};
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(rope.inv_freq()[i], expect[i], kFreqTol * expect[i]);
   EXPECT_EQ(rope.attention_factor(), 1.0);  // mscale == mscale_all_dim

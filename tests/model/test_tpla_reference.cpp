@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "model/attention_reference.hpp"
 #include "model/metrics.hpp"
+#include "model/test_fixtures.hpp"
 #include "model/tpla_reference.hpp"
 
 namespace mla::model {
@@ -25,7 +26,7 @@ double rel_l2(const MatrixR& y, const MatrixR& r) {
 }
 
 TEST(TplaReference, PlacementIsContiguous) {
-  const MlaConfig cfg = tiny_v3_config();  // H 4, d_c 32
+  const MlaConfig cfg = test_config_v3_style();  // H 4, d_c 32
   TplaSlicing s;
   s.tp = 4;
   s.groups = 2;
@@ -41,14 +42,14 @@ TEST(TplaReference, PlacementIsContiguous) {
 }
 
 TEST(TplaReference, HeadParallelOnlyIsExact) {
-  for (const MlaConfig& cfg : {tiny_v2_config(), tiny_v3_config()}) {
+  for (const MlaConfig& cfg : {test_config_v2_style(), test_config_v3_style()}) {
     const AttentionWeights w = random_attention_weights(cfg, 31);
     const MatrixR h = random_matrix(10, cfg.hidden_size, 32);
     for (int64_t tp : {1, 2, 4}) {
       TplaSlicing s;
       s.tp = tp;
       s.groups = 1;
-      s.norm = TplaNorm::kApprox;  // g = 1: the "local" norm is the global one
+      s.norm = NormMode::Approx;  // g = 1: the "local" norm is the global one
       const TplaResult r = tpla_attention(cfg, w, h, s, 3);
       ASSERT_EQ(static_cast<int64_t>(r.partial.size()), tp);
       EXPECT_LE(rel_l2(r.out, attention_naive(cfg, w, h, 3)), kExactTol) << "tp=" << tp;
@@ -59,7 +60,7 @@ TEST(TplaReference, HeadParallelOnlyIsExact) {
 // Zero the latent rows of kv_a_proj outside slice 0: c_k = 0 for k > 0, so slice 0's partial
 // logit is the whole content logit and the other slices contribute exactly zero.
 TEST(TplaReference, AllEnergyInOneSliceIsExact) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   AttentionWeights w = random_attention_weights(cfg, 33);
   const MatrixR h = random_matrix(9, cfg.hidden_size, 34);
   for (int64_t g : {2, 4}) {
@@ -70,9 +71,9 @@ TEST(TplaReference, AllEnergyInOneSliceIsExact) {
     TplaSlicing s;
     s.tp = g;
     s.groups = g;
-    s.norm = TplaNorm::kExact;
+    s.norm = NormMode::Exact;
     EXPECT_LE(rel_l2(tpla_attention(cfg, wz, h, s).out, ref), kExactTol) << "g=" << g;
-    s.norm = TplaNorm::kApprox;
+    s.norm = NormMode::Approx;
     s.f.assign(static_cast<size_t>(g), 0.0);
     s.f[0] = 1.0;  // all energy in slice 0: sqrt(g f_0) rescales the local RMS to the global one
     EXPECT_LE(rel_l2(tpla_attention(cfg, wz, h, s).out, ref), kEpsEffect) << "g=" << g;
@@ -85,7 +86,7 @@ TEST(TplaReference, AllEnergyInOneSliceIsExact) {
 // softmax and the sum over slices of W_UV[:, k] o_lat_k is the full value path: exact for any g.
 // This pins the per-slice column bookkeeping of W_UV and o_proj.
 TEST(TplaReference, NoContentLogitIsExactForAnyG) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   AttentionWeights w = random_attention_weights(cfg, 39);
   const int64_t stride = cfg.qk_nope_head_dim + cfg.v_head_dim;
   for (int64_t hd = 0; hd < cfg.num_heads; ++hd) {
@@ -97,24 +98,24 @@ TEST(TplaReference, NoContentLogitIsExactForAnyG) {
     TplaSlicing s;
     s.tp = 4;
     s.groups = g;
-    s.norm = TplaNorm::kExact;
+    s.norm = NormMode::Exact;
     EXPECT_LE(rel_l2(tpla_attention(cfg, w, h, s, 11).out, ref), kExactTol) << "g=" << g;
   }
 }
 
 TEST(TplaReference, SlicedErrorIsVisibleAndMuMatters) {
-  const MlaConfig cfg = tiny_v2_config();
+  const MlaConfig cfg = test_config_v2_style();
   const AttentionWeights w = random_attention_weights(cfg, 35);
   const MatrixR h = random_matrix(12, cfg.hidden_size, 36);
   const MatrixR ref = attention_naive(cfg, w, h);
   TplaSlicing s;
   s.tp = 2;
   s.groups = 2;
-  s.norm = TplaNorm::kExact;
+  s.norm = NormMode::Exact;
   const double err = rel_l2(tpla_attention(cfg, w, h, s).out, ref);
-  s.norm = TplaNorm::kApprox;
+  s.norm = NormMode::Approx;
   const double err_approx = rel_l2(tpla_attention(cfg, w, h, s).out, ref);
-  s.norm = TplaNorm::kExact;
+  s.norm = NormMode::Exact;
   std::printf("[figure] TPLA tp=2 g=2 identity U, random weights, T=12: rel_l2 exact-norm=%.3e "
               "approx-norm=%.3e\n", err, err_approx);
   EXPECT_GT(err, 1e-4);
@@ -124,7 +125,7 @@ TEST(TplaReference, SlicedErrorIsVisibleAndMuMatters) {
 }
 
 TEST(TplaReference, PdSeparationPromptRowsAreExact) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   const AttentionWeights w = random_attention_weights(cfg, 37);
   const MatrixR h = random_matrix(10, cfg.hidden_size, 38);
   TplaSlicing s;
@@ -140,7 +141,7 @@ TEST(TplaReference, PdSeparationPromptRowsAreExact) {
 }
 
 TEST(TplaReference, BadSlicingNamesTheField) {
-  const MlaConfig cfg = tiny_v3_config();
+  const MlaConfig cfg = test_config_v3_style();
   TplaSlicing s;
   s.tp = 4;
   s.groups = 3;

@@ -5,14 +5,19 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
+#include "common/scratch_dir.hpp"
 #include "core/error.hpp"
+#include "io/calib_file.hpp"
 #include "io/checkpoint.hpp"
+#include "io/converted_checkpoint.hpp"
 #include "io/fingerprint.hpp"
 #include "io/hdf5.hpp"
 #include "io/synthetic.hpp"
+#include "model/test_fixtures.hpp"
 #include "model/tpla_reference.hpp"
 #include "rank_sum.hpp"
 #include "transform/convert.hpp"
@@ -20,6 +25,10 @@
 
 namespace mla::transform {
 namespace {
+
+using io::load_rank_attention;
+using io::RankAttention;
+using io::rank_dir_name;
 
 namespace fs = std::filesystem;
 using testing::max_rel;
@@ -40,10 +49,8 @@ std::string slurp(const fs::path& p) {
 class ConvertTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("mla-convert-test-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
+    scratch_ = std::make_unique<mla::test::ScratchDir>("mla_convert_test");
+    root_ = scratch_->path();
     io::SyntheticOptions so;
     so.model = io::synthetic_preset("tiny-v3");
     so.experts = -1;
@@ -51,7 +58,7 @@ class ConvertTest : public ::testing::Test {
     so.threads = 1;
     io::write_synthetic_checkpoint(so, root_ / "fp8");
   }
-  void TearDown() override { fs::remove_all(root_); }
+  void TearDown() override { scratch_.reset(); }
 
   ConvertOptions opts(const std::string& out_name, int tp) const {
     ConvertOptions o;
@@ -105,6 +112,7 @@ class ConvertTest : public ::testing::Test {
     std::ofstream(out / "config.json") << cfg.dump(2);
   }
 
+  std::unique_ptr<mla::test::ScratchDir> scratch_;
   fs::path root_;
 };
 
@@ -149,7 +157,7 @@ TEST_F(ConvertTest, RanksReadBackAsTheFloat64TransformAndSumToTheReference) {
     model::TplaSlicing s;
     s.tp = 2;
     s.groups = 2;
-    s.norm = model::TplaNorm::kExact;
+    s.norm = model::NormMode::Exact;
     const MatrixR oracle = model::tpla_attention(cfg, w, h, s).out;
     std::printf("[layer %lld tp=g=2 hadamard exact] BF16 ranks vs float64 TPLA: max rel %.3e; TPLA vs original: %.3e\n",
                 static_cast<long long>(i), max_rel(sum, oracle), max_rel(oracle, ref));
@@ -231,7 +239,7 @@ TEST_F(ConvertTest, CalibrationIsCheckedAndFolded) {
   const model::MlaConfig cfg = ckpt.config();
   auto make_calib = [&](const fs::path& p, const std::string& fp) {
     io::h5::File f = io::h5::File::create(p);
-    f.root().set_attr("schema", "mla-calib/1");
+    f.root().set_attr("schema", io::kCalibSchema);
     f.root().set_attr("checkpoint_fingerprint", fp);
     for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
       char g[32];
@@ -295,7 +303,7 @@ TEST_F(ConvertTest, HadamardSeedComesFromTheCalibration) {
   const fs::path calib = root_ / "calib-hadamard.h5";
   {
     io::h5::File f = io::h5::File::create(calib);
-    f.root().set_attr("schema", "mla-calib/1");
+    f.root().set_attr("schema", io::kCalibSchema);
     f.root().set_attr("checkpoint_fingerprint", io::fingerprint(ckpt));
     f.root().set_attr("hadamard_seed", int64_t{12345});
     for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {

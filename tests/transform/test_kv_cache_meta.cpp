@@ -7,6 +7,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "common/scratch_dir.hpp"
 #include "core/error.hpp"
 #include "transform/convert.hpp"
 #include "transform/kv_cache_meta.hpp"
@@ -33,8 +34,8 @@ TEST(KvCacheMeta, Fp8SectionAndModelOptConfig) {
 TEST(KvCacheMeta, ConvertRecordsTheFormatPerRank) {
   const std::filesystem::path model = std::filesystem::path(MLA_SOURCE_DIR) / "datasets" / "tiny-v2";
   if (!std::filesystem::exists(model / "model.safetensors")) GTEST_SKIP() << "tiny model not present";
-  const auto out = std::filesystem::temp_directory_path() / ("kvmeta-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(out);
+  const mla::test::ScratchDir scratch("mla_kvmeta");
+  const auto out = scratch / "converted";
   ConvertOptions o;
   o.input = model;
   o.output = out;
@@ -57,5 +58,4 @@ TEST(KvCacheMeta, ConvertRecordsTheFormatPerRank) {
     EXPECT_TRUE(res.manifest["outputs"].contains(rel)) << rel;
   }
   EXPECT_EQ(ranks, 2);
-  std::filesystem::remove_all(out);
 }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "model/test_fixtures.hpp"
 #include "verify/multi_device_comm.hpp"
 #include "verify/multi_device_runner.hpp"
 #include "io/checkpoint.hpp"
@@ -117,7 +118,7 @@ namespace {
 
 struct RunnerInputs {
   mla::model::MlaConfig cfg;
-  std::vector<mla::transform::RankAttention> ranks;
+  std::vector<mla::io::RankAttention> ranks;
   std::vector<mla::MatrixR> h;
 };
 
@@ -125,7 +126,7 @@ RunnerInputs runner_inputs(const fs::path& converted, int tp, int64_t layer, int
   RunnerInputs in;
   in.cfg = mla::io::Checkpoint::open(tiny_v2()).config();
   for (int r = 0; r < tp; ++r)
-    in.ranks.push_back(mla::transform::load_rank_attention(converted / mla::transform::rank_dir_name(r, tp), layer));
+    in.ranks.push_back(mla::io::load_rank_attention(converted / mla::io::rank_dir_name(r, tp), layer));
   for (int64_t b = 0; b < B; ++b) in.h.push_back(mla::model::random_matrix(n_tok, in.cfg.hidden_size, 100 + b));
   return in;
 }

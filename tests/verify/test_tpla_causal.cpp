@@ -17,7 +17,7 @@ using mla::VectorD;
 namespace {
 
 // Per-token reference of tpla_attention_f64 (the layout of verify-decode's float64 path).
-MatrixR per_token(const mla::model::MlaConfig& cfg, const std::vector<mla::transform::RankAttention>& ranks,
+MatrixR per_token(const mla::model::MlaConfig& cfg, const std::vector<mla::io::RankAttention>& ranks,
                   const std::vector<int>& group_of, bool exact, const MatrixR& h, int64_t P) {
   const int64_t n = h.rows(), T = n - P;
   const int tp = static_cast<int>(ranks.size());
@@ -60,10 +60,10 @@ MatrixR per_token(const mla::model::MlaConfig& cfg, const std::vector<mla::trans
 
 void check(const fs::path& converted, int tp, bool exact) {
   const auto cfg = mla::io::Checkpoint::open(tiny_v2()).config();
-  std::vector<mla::transform::RankAttention> ranks;
+  std::vector<mla::io::RankAttention> ranks;
   std::vector<int> group_of;
   for (int r = 0; r < tp; ++r) {
-    ranks.push_back(mla::transform::load_rank_attention(converted / mla::transform::rank_dir_name(r, tp), 3));
+    ranks.push_back(mla::io::load_rank_attention(converted / mla::io::rank_dir_name(r, tp), 3));
     group_of.push_back(ranks.back().tpla.at("group").get<int>());
   }
   const int g = ranks[0].tpla.at("g").get<int>();

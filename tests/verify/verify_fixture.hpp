@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "common/scratch_dir.hpp"
 #include "io/hdf5.hpp"
 #include "transform/convert.hpp"
 #include "verify/verify_decode.hpp"
@@ -12,11 +13,7 @@
 namespace verify_test {
 namespace fs = std::filesystem;
 
-inline fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / ("mla_verify_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
+inline fs::path work_dir() { return mla::test::process_scratch_dir("mla_verify_test"); }
 
 inline fs::path tiny_v2() { return fs::path(MLA_SOURCE_DIR) / "datasets/tiny-v2"; }
 

@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cli_common.hpp"
+#include "io/byte_text.hpp"
 #include "io/capture.hpp"
 #include "io/checkpoint.hpp"
 #include "io/fingerprint.hpp"
+#include "io/mla_weights.hpp"
 
 namespace {
 
