@@ -37,7 +37,7 @@ def ds(group, name, data):
 
 def config_seeds():
     d = fresh("config_json")
-    for f in sorted((ROOT / "tests/checkpoint/data").glob("*.config.json")):
+    for f in sorted((ROOT / "tests/io/data").glob("*.config.json")):
         shutil.copy(f, d / f.name)
     for f in ("tiny-v2", "tiny-v3"):
         shutil.copy(ROOT / "datasets" / f / "config.json", d / f"{f}.config.json")

@@ -1,7 +1,7 @@
 """Independent FP8 block dequantisation of the shipped tiny-v3 checkpoint (numpy, own
 safetensors header parsing and E4M3 decoding), printing the figures that
 test_checkpoint.cpp (PythonCrossCheck) compares against. Run from the repository root:
-    python3 tests/checkpoint/python_dequant_reference.py
+    python3 tests/io/python_dequant_reference.py
 """
 import json
 import struct

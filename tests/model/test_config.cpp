@@ -14,7 +14,7 @@ using mla::model::parse_mla_config;
 
 namespace {
 
-const std::string kData = std::string(MLA_SOURCE_DIR) + "/tests/checkpoint/data/";
+const std::string kData = std::string(MLA_SOURCE_DIR) + "/tests/io/data/";
 
 nlohmann::json fixture(const std::string& name) {
   std::ifstream in(kData + name);

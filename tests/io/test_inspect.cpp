@@ -70,7 +70,7 @@ TEST(Inspect, PartsOfTensorNames) {
 TEST(Inspect, ConfigParameterCountsMatchPublishedModelSizes) {
   // Published sizes (model cards): DeepSeek-V2-Lite 15.7B, DeepSeek-V3 671B (main model, MTP
   // excluded), Kimi-K2 ~1.03T. Independent of our code: only the configs come from fixtures.
-  const std::string data = std::string(MLA_SOURCE_DIR) + "/tests/checkpoint/data/";
+  const std::string data = std::string(MLA_SOURCE_DIR) + "/tests/io/data/";
   auto total = [&](const char* f) {
     return static_cast<double>(io::config_parameter_counts(model::load_mla_config(data + f)).at("total"));
   };

@@ -294,7 +294,7 @@ TEST(Synthetic, RegenerationReproducesShippedDatasets) {
 }
 
 TEST(PythonCrossCheck, Fp8DequantMatchesNumpyOnShippedTinyV3) {
-  // Figures from tests/checkpoint/python_dequant_reference.py (numpy, its own header parsing
+  // Figures from tests/io/python_dequant_reference.py (numpy, its own header parsing
   // and E4M3 decoding). Dequantisation is exact, so only summation order differs.
   struct Ref {
     const char* name;
