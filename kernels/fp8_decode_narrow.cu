@@ -10,9 +10,10 @@
 //                                                     2 d_c / 128 contiguous channels, so its
 //                                                     loads are 8-byte rows of the tile), B = P^T
 //                                                     (N x 64 bytes in shared memory).
-// Warp roles (512 threads): warpgroup 0 computes S^T, the online softmax (per-row reductions over
-// the tile's 64 tokens: shuffles, then the 4 warps through shared memory) and writes P8^T and
-// the rows' rescale factors into one of two buffers; warpgroups 1 and 2 each own d_c / 2 output
+// Warp roles (512 threads): warpgroup 0 computes S^T, stages it through shared memory so each
+// thread owns one query row and 64 / (128 / N) of its tokens, runs the online softmax there
+// (row reductions over 128 / N lanes of one warp) and writes P8^T and the rows' rescale factors
+// into one of two buffers; warpgroups 1 and 2 each own d_c / 2 output
 // channels and, per tile, load their V^T fragments, release the ring stage, then run P.V when
 // P^T arrives. So S + softmax of tile i+1 overlap P.V of tile i. Warpgroup 3: one thread issues
 // the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so 3 tiles stay in flight.
@@ -41,41 +42,24 @@ struct NCfg {
   static constexpr uint32_t kRSbo = 8 * kRB;
   static constexpr uint32_t kStage = StageBytes<DC, DR>::kAligned;
   static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
-  // gamma [2][N], red [2][4][N], fin [N][2] floats
-  static constexpr uint32_t kSmall = (2 * N + 8 * N + 2 * N) * 4;
+  static constexpr int kSRow = 68;  // S^T staging row (floats): 64 tokens + 4, conflict-free stores
+  static constexpr uint32_t kSS = N * kSRow * 4;
+  // gamma [2][N], fin [N][2] floats
+  static constexpr uint32_t kSmall = (2 * N + 2 * N) * 4;
   // + full/empty barriers and each stage's valid token count
-  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + kSmall + 16 * kS + 4 * kS; }
+  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS; }
 };
 
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; warpgroup 0's
-// cross-warp reductions; P^T buffer k full (warpgroup 0 arrives, 1-2 wait) and free (the
+// S^T staging; P^T buffer k full (warpgroup 0 arrives, 1-2 wait) and free (the
 // reverse); the epilogue's 1/l and LSE.
-constexpr int kBarQ = 1, kBarRed = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7;
+constexpr int kBarQ = 1, kBarStage = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7;
 constexpr int kConsumers = 384;
 
 // Accumulator element (row m, column n) of an m64nN wgmma: thread (warp w, g, tq) holds
 // m = 16 w + g + 8 h, n = 8 j + 2 tq + e in register 4 j + 2 h + e. Its N / 4 columns c:
 __device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
 __host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
-
-// Warpgroup 0's reduction of v (one value per column, already reduced over the warp's 16
-// tokens) over its 4 warps through red[rb] (4 x N floats), max or sum; then the other buffer
-// (its readers have passed this barrier before anyone writes it again).
-template <int N, bool kSum>
-__device__ __forceinline__ void xwarp(float (&v)[N / 4], float* red, int& rb, int g, int wiw, int tq) {
-  float* r = red + rb * 4 * N;
-  if (g == 0)
-#pragma unroll
-    for (int c = 0; c < N / 4; ++c) r[wiw * N + acc_col(c, tq)] = v[c];
-  detail::named_bar_sync(kBarRed, 128);
-#pragma unroll
-  for (int c = 0; c < N / 4; ++c) {
-    const int n = acc_col(c, tq);
-    v[c] = kSum ? (r[n] + r[N + n]) + (r[2 * N + n] + r[3 * N + n])
-                : fmaxf(fmaxf(r[n], r[N + n]), fmaxf(r[2 * N + n], r[3 * N + n]));
-  }
-  rb ^= 1;
-}
 
 template <int DC, int DR, int N>
 __global__ void __launch_bounds__(kNThreads, 1)
@@ -88,10 +72,10 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* gbase = smem_raw + (base - raw);
   const uint32_t sQ8 = base, sQR = sQ8 + C::kQ8, sSt = sQR + C::kQR, sP = sSt + S * C::kStage;
-  const uint32_t sSmall = sP + 2 * C::kP;
+  float* sS = reinterpret_cast<float*>(gbase + (sP + 2 * C::kP - base));  // [2][N][kSRow]
+  const uint32_t sSmall = sP + 2 * C::kP + 2 * C::kSS;
   float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));
-  float* red = gam + 2 * N;
-  float* fin = red + 8 * N;
+  float* fin = gam + 2 * N;
   const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -123,7 +107,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
   int split = in[4];
-  int it = 0, rb = 0;
+  int it = 0;
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
@@ -133,18 +117,16 @@ __global__ void __launch_bounds__(kNThreads, 1)
     detail::named_bar_sync(kBarQ, kConsumers);
     if (wg == 0) {
       // ======== S^T, online softmax, P8^T ========
-      float rowf[NC], m_run[NC], l_run[NC], sig[NC];
-      int lim_off[NC];
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        const int n = acc_col(c, tq);
-        rowf[c] = n < rows ? p.q_scale[static_cast<size_t>(b) * rows + n] * (p.scale * detail::kLog2e) : 0.f;
-        lim_off[c] = p.s_q - 1 - min(n / p.heads, p.s_q - 1);
-        m_run[c] = neg_inf;
-        l_run[c] = 0.f;
-        sig[c] = 1.f;
-      }
-      const int m0 = 16 * wiw + g;  // this thread's tokens in a tile: m0, m0 + 8
+      // After the S wgmma, S^T goes through shared memory so that each thread then owns one
+      // query row n and TPT contiguous tokens of it: the per-row work (reductions over LPR lanes
+      // of one warp, two divisions, one exp2) is done once per thread, not once per accumulator
+      // column (N / 4 of them), and P^T leaves as one TPT-byte store.
+      constexpr int LPR = 128 / N, TPT = 64 / LPR;
+      const int n = threadIdx.x / LPR, q = threadIdx.x % LPR, tok0 = q * TPT;
+      const float rowf = n < rows ? p.q_scale[static_cast<size_t>(b) * rows + n] * (p.scale * detail::kLog2e) : 0.f;
+      const int lim_off = p.s_q - 1 - min(n / p.heads, p.s_q - 1);
+      float m_run = neg_inf, l_run = 0.f, sig = 1.f;
+      const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
       for (int ti = t; ti < stop; ++ti, ++it) {
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
@@ -172,87 +154,80 @@ __global__ void __launch_bounds__(kNThreads, 1)
         gmma::wait<0>();
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) gmma::fence_operand(sv[i]);
+        // S^T [n][token] into buffer it & 1 (rows of kSRow floats: conflict-free stores); the
+        // buffer's readers of tile it - 2 have passed this barrier of tile it - 1.
+        float* ss = sS + (it & 1) * N * C::kSRow;
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) ss[acc_col(c, tq) * C::kSRow + m0 + 8 * h] = sv[acc_reg(c, h)];
+        detail::named_bar_sync(kBarStage, 128);
+        float x[TPT], skv[TPT];
         const float* skp = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
-        const float sk[2] = {skp[m0], skp[m0 + 8]};
+#pragma unroll
+        for (int i = 0; i < TPT; i += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(ss + n * C::kSRow + tok0 + i);
+          const float4 k = *reinterpret_cast<const float4*>(skp + tok0 + i);
+          x[i] = a.x, x[i + 1] = a.y, x[i + 2] = a.z, x[i + 3] = a.w;
+          skv[i] = k.x, skv[i + 1] = k.y, skv[i + 2] = k.z, skv[i + 3] = k.w;
+        }
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));  // S and s_k read: stage free for us
-        int lim[NC];
-        float tmax[NC];
+        // ---- online softmax of row n over this tile, s_k folded into P, P re-quantised ----
+        const int lim = min(L - lim_off, j0 + valid);
+        float tmax = neg_inf;
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          lim[c] = min(L - lim_off[c], j0 + valid);
-          tmax[c] = neg_inf;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = acc_reg(c, h);
-            const float x = (j0 + m0 + 8 * h < lim[c]) ? (sv[i] * sk[h]) * rowf[c] : neg_inf;
-            sv[i] = x;
-            tmax[c] = fmaxf(tmax[c], x);
-          }
-#pragma unroll
-          for (int o = 4; o < 32; o *= 2) tmax[c] = fmaxf(tmax[c], __shfl_xor_sync(0xffffffffu, tmax[c], o));
+        for (int i = 0; i < TPT; ++i) {
+          x[i] = (j0 + tok0 + i < lim) ? (x[i] * skv[i]) * rowf : neg_inf;
+          tmax = fmaxf(tmax, x[i]);
         }
-        xwarp<N, false>(tmax, red, rb, g, wiw, tq);
-        float m_use[NC], alpha[NC], psum[NC], amax[NC];
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          const float m_new = fmaxf(m_run[c], tmax[c]);
-          m_use[c] = (m_new == neg_inf) ? 0.f : m_new;
-          alpha[c] = exp2f(m_run[c] - m_use[c]);
-          m_run[c] = m_new;
-          psum[c] = 0.f;
-          amax[c] = 0.f;
+        for (int o = 1; o < LPR; o *= 2) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+        const float m_new = fmaxf(m_run, tmax);
+        const float m_use = (m_new == neg_inf) ? 0.f : m_new;
+        const float alpha = exp2f(m_run - m_use);
+        m_run = m_new;
+        float psum = 0.f, amax = 0.f;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = acc_reg(c, h);
-            const bool live = j0 + m0 + 8 * h < lim[c];
-            const float pv = live ? exp2f(sv[i] - m_use[c]) : 0.f;
-            psum[c] += pv;
-            const float pp = live ? pv * sk[h] : 0.f;
-            amax[c] = fmaxf(amax[c], pp);
-            sv[i] = pp;
-          }
-#pragma unroll
-          for (int o = 4; o < 32; o *= 2) amax[c] = fmaxf(amax[c], __shfl_xor_sync(0xffffffffu, amax[c], o));
+        for (int i = 0; i < TPT; ++i) {
+          const bool live = j0 + tok0 + i < lim;
+          const float pv = live ? exp2f(x[i] - m_use) : 0.f;
+          psum += pv;
+          const float pp = live ? pv * skv[i] : 0.f;
+          amax = fmaxf(amax, pp);
+          x[i] = pp;
         }
-        xwarp<N, false>(amax, red, rb, g, wiw, tq);
+#pragma unroll
+        for (int o = 1; o < LPR; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float sg = amax > 0.f ? amax / quant::kFp8CacheMax : sig;
+        const float inv = 1.f / sg;
+        const float gamma = alpha * (sig * inv);
+        l_run = l_run * gamma + psum * inv;
+        sig = sg;
+        uint32_t pw[TPT / 4];
+#pragma unroll
+        for (int i = 0; i < TPT / 4; ++i)
+          pw[i] = pack_e4m3(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
         const int pb = it & 1;
-        const uint32_t pt = sP + pb * C::kP;
+        const uint32_t pa = sP + pb * C::kP + n * 128 + (((tok0 >> 4) ^ (n & 7)) << 4) + (tok0 & 15);
         detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          const float sg = amax[c] > 0.f ? amax[c] / quant::kFp8CacheMax : sig[c];
-          const float inv = 1.f / sg;
-          const float gamma = alpha[c] * (sig[c] * inv);
-          l_run[c] = l_run[c] * gamma + psum[c] * inv;
-          sig[c] = sg;
-          // P^T row n (128-byte rows, 128-byte swizzle): tokens m0 and m0 + 8 share a 16-byte chunk
-          const int n = acc_col(c, tq);
-          const uint32_t two = __nv_cvt_float2_to_fp8x2(make_float2(sv[acc_reg(c, 0)] * inv, sv[acc_reg(c, 1)] * inv),
-                                                        __NV_SATFINITE, __NV_E4M3);
-          const uint32_t a = pt + n * 128 + (((m0 >> 4) ^ (n & 7)) << 4) + (m0 & 15);
-          sts8(a, two & 0xFFu);
-          sts8(a + 8, two >> 8);
-          if (wiw == 0 && g == 0) gam[pb * N + n] = gamma;
+        if constexpr (TPT == 8) {
+          asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(pa), "r"(pw[0]), "r"(pw[1]) : "memory");
+        } else {
+          detail::st_shared_v4(pa, make_uint4(pw[0], pw[1], pw[2], pw[3]));
         }
+        if (q == 0) gam[pb * N + n] = gamma;
         detail::fence_proxy_async();
         detail::named_bar_arrive(kBarFull + pb, kConsumers);
       }
-      // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 per row ----
+      // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of row n ----
 #pragma unroll
-      for (int c = 0; c < NC; ++c)
-#pragma unroll
-        for (int o = 4; o < 32; o *= 2) l_run[c] += __shfl_xor_sync(0xffffffffu, l_run[c], o);
-      xwarp<N, true>(l_run, red, rb, g, wiw, tq);
-      if (wiw == 0 && g == 0)
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          const int n = acc_col(c, tq);
-          const float l = l_run[c];
-          const bool empty = l == 0.f;
-          fin[2 * n] = empty ? 0.f : 1.f / l;
-          fin[2 * n + 1] = empty ? neg_inf : (m_run[c] + log2f(sig[c] * l)) * detail::kLn2;
-        }
+      for (int o = 1; o < LPR; o *= 2) l_run += __shfl_xor_sync(0xffffffffu, l_run, o);
+      if (q == 0) {
+        const bool empty = l_run == 0.f;
+        fin[2 * n] = empty ? 0.f : 1.f / l_run;
+        fin[2 * n + 1] = empty ? neg_inf : (m_run + log2f(sig * l_run)) * detail::kLn2;
+      }
       detail::named_bar_arrive(kBarFin, kConsumers);
     } else {
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
