@@ -13,7 +13,7 @@
 namespace mla::kernels {
 namespace prefix {
 // The wgmma kernel for (d_n + d_r, d_v) = (192, 128): kernels/prefix_attention_wgmma.cu.
-void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStream_t stream);
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pipelined, cudaStream_t stream);
 }  // namespace prefix
 namespace {
 
@@ -25,9 +25,15 @@ constexpr int kThreads = 256;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Shared-memory row stride of a K or V tile row of `bytes`: the XOR swizzle (prefix_device.cuh)
+// moves a 16-byte chunk within its aligned group of 8 (128 bytes), so a row must span whole
+// groups: the tiny shape's 192-byte K rows are padded to 256 (without it, chunks 8..11 landed
+// in the next row: wrong scores on the first GPU run).
+constexpr int smem_row_bytes(int bytes) { return (bytes + 127) / 128 * 128; }
+
 template <int DQK, int DV>
-constexpr size_t attn_smem_bytes() {
-  return 2 * static_cast<size_t>(kTile) * (DQK + DV) * 2;  // K and V tiles, double-buffered
+constexpr size_t attn_smem_bytes() {  // K and V tiles, double-buffered
+  return 2 * static_cast<size_t>(kTile) * (smem_row_bytes(DQK * 2) + smem_row_bytes(DV * 2));
 }
 
 // grid (row blocks, splits, heads). Each warp owns 16 query rows; its Q fragments stay in
@@ -36,8 +42,9 @@ constexpr size_t attn_smem_bytes() {
 template <int DQK, int DV>
 __global__ void __launch_bounds__(kThreads, 1) prefix_attn_kernel(PrefixAttnParams p, int per_split) {
   extern __shared__ __align__(128) char smem[];
-  constexpr int KB = DQK * 2, VB = DV * 2;  // bytes per K / V row
-  constexpr int KCH = KB / 16, VCH = VB / 16;
+  // KCH / VCH: 16-byte chunks per K / V row in global memory; KB / VB: smem row strides.
+  constexpr int KCH = DQK * 2 / 16, VCH = DV * 2 / 16;
+  constexpr int KB = smem_row_bytes(DQK * 2), VB = smem_row_bytes(DV * 2);
   char* k_s[2] = {smem, smem + kTile * KB};
   char* v_s[2] = {smem + 2 * kTile * KB, smem + 2 * kTile * KB + kTile * VB};
 
@@ -227,15 +234,16 @@ void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
 void prefix_attn_bf16(const PrefixAttnParams& p, cudaStream_t stream) {
   quant::validate_prefix_attn(p);
   using quant::PrefixKernel;
-  if (p.kernel != PrefixKernel::kAuto && p.kernel != PrefixKernel::kMmaSync && p.kernel != PrefixKernel::kWgmma)
+  if (p.kernel != PrefixKernel::kAuto && p.kernel != PrefixKernel::kMmaSync && p.kernel != PrefixKernel::kWgmma &&
+      p.kernel != PrefixKernel::kWgmmaSerial)
     throw InputError("prefix attention params: kernel = " + std::to_string(static_cast<int>(p.kernel)) +
-                     " (0 auto, 1 mma.sync, 2 wgmma)");
+                     " (0 auto, 1 mma.sync, 2 wgmma, 3 wgmma serial)");
   if (p.d_n == 128) {
     if (p.kernel == PrefixKernel::kMmaSync) launch_attn<192, 128>(p, stream);
-    else prefix::launch_prefix_attn_wgmma(p, split_tokens(p), stream);
+    else prefix::launch_prefix_attn_wgmma(p, split_tokens(p), p.kernel != PrefixKernel::kWgmmaSerial, stream);
     return;
   }
-  if (p.kernel == PrefixKernel::kWgmma)
+  if (p.kernel == PrefixKernel::kWgmma || p.kernel == PrefixKernel::kWgmmaSerial)
     throw InputError("prefix attention params: kernel = wgmma needs (d_n, d_r, d_v) = (128, 64, 128) (got d_n = " +
                      std::to_string(p.d_n) + ")");
   launch_attn<96, 64>(p, stream);

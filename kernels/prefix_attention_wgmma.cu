@@ -65,6 +65,7 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 
 // The maps are __grid_constant__ parameters and no launch here uses programmatic dependent launch
 // (docs/gpu-notes.md, v4: a parameter map failed only together with PDL).
+template <bool kPipelined>
 __global__ void __launch_bounds__(kThreads, 1)
     prefix_attn_wgmma_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                              const PrefixAttnParams p, int per_split) {
@@ -138,45 +139,68 @@ __global__ void __launch_bounds__(kThreads, 1)
   // e.g. at B s_q = 64) computes nothing and only keeps the ring's protocol: it waits for each
   // stage to be full before releasing it, so its arrivals never count towards a later use.
   const bool active = blockIdx.x * quant::kPrefixRowsPerBlock + wg * 64 < p.rows;
-  for (int t = 0; t < n_tiles; ++t) {
-    const int stage = t % kStages;
-    const uint32_t kt = sKV + stage * kStageBytes, vt = kt + kKBlk * kBlk;
-    mbar_wait(bar0 + 8 * stage, (t / kStages) & 1);
-    if (!active) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar0 + 8 * (kStages + stage));
-      continue;
-    }
-
-    // S = Q K^T (12 k-steps of 16 columns: byte column kb of the 128-byte-swizzled K boxes).
+  auto stage_of = [&](int t) { return sKV + (t % kStages) * kStageBytes; };
+  auto wait_full = [&](int t) { mbar_wait(bar0 + 8 * (t % kStages), (t / kStages) & 1); };
+  auto release = [&](int t) {  // this warp is done with tile t's stage
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar0 + 8 * (kStages + t % kStages));
+  };
+  // S = Q K^T of tile t, one commit group (12 k-steps of 16 columns: byte column kb of the
+  // 128-byte-swizzled K boxes); sv is in flight until a wgmma.wait covers the group.
+  auto issue_s = [&](int t) {
 #pragma unroll
     for (int ks = 0; ks < kDqk / 16; ++ks)
 #pragma unroll
       for (int r = 0; r < 4; ++r) gmma::fence_operand(qf[ks][r]);
     gmma::fence();
+    const uint32_t kt = stage_of(t);
 #pragma unroll
     for (int ks = 0; ks < kDqk / 16; ++ks) {
       const uint32_t kb = ks * 32;
       wgmma_rs_n64_kmajor(sv, qf[ks], gmma_desc(kt + (kb >> 7) * kBlk + (kb & 127), 16, 1024), ks > 0 ? 1 : 0);
     }
     gmma::commit();
-    gmma::wait<0>();
+  };
+  // O += P V of tile t, one commit group (4 k-steps of 16 tokens; V's two 64-column boxes are
+  // 8 KB apart: LBO); acc and pa are in flight until a wgmma.wait covers the group.
+  auto issue_pv = [&](int t) {
+#pragma unroll
+    for (int i = 0; i < kDv / 2; ++i) gmma::fence_operand(acc[i]);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+    gmma::fence();
+    const uint32_t vt = stage_of(t) + kKBlk * kBlk;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) gmma::wgmma_rs_n128(acc, pa[ks], gmma_desc(vt + ks * 2048, kBlk, 1024));
+    gmma::commit();
+  };
+  auto fence_acc = [&] {
+#pragma unroll
+    for (int i = 0; i < kDv / 2; ++i) gmma::fence_operand(acc[i]);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+  };
+  // Online softmax of tile t's completed S (base 2): sv becomes P (fp32), alpha the factor for
+  // O. Tokens at or past the run's end are masked (only a run's last tile has such tokens).
+  // Every tile holds at least one key of the run, so the new row max is finite.
+  auto softmax = [&](int t, float (&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-
-    // Online softmax of the tile (base 2), tokens at or past the run's end masked. Every tile
-    // holds at least one key of the run, so the new row max is finite.
     const int j0 = j_begin + t * kTile;
+    const bool full_tile = j0 + kTile <= j_end;
     float tmax[2] = {neg_inf, neg_inf};
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-      const int hh = (i >> 1) & 1;
-      const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-      const float x = j < j_end ? sv[i] * scale_log2 : neg_inf;
+      float x = sv[i] * scale_log2;
+      if (!full_tile && j0 + (i >> 2) * 8 + 2 * tq + (i & 1) >= j_end) x = neg_inf;
       sv[i] = x;
-      tmax[hh] = fmaxf(tmax[hh], x);
+      tmax[(i >> 1) & 1] = fmaxf(tmax[(i >> 1) & 1], x);
     }
-    float alpha[2], m_new[2];
+    float m_new[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       tmax[hh] = fmaxf(tmax[hh], __shfl_xor_sync(0xffffffffu, tmax[hh], 1));
@@ -195,6 +219,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     l_run[0] = l_run[0] * alpha[0] + lsum[0];
     l_run[1] = l_run[1] * alpha[1] + lsum[1];
+  };
+  // P (bf16) as A fragments and O rescaled: only once this warpgroup's previous P.V is complete.
+  auto pack_and_rescale = [&](const float (&alpha)[2]) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       const int n0 = 2 * ks, n1 = 2 * ks + 1;
@@ -205,27 +232,53 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int i = 0; i < kDv / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
+  };
 
-    // O += P V (4 k-steps of 16 tokens; V's two 64-column boxes are 8 KB apart: LBO).
-#pragma unroll
-    for (int i = 0; i < kDv / 2; ++i) gmma::fence_operand(acc[i]);
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-    gmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) gmma::wgmma_rs_n128(acc, pa[ks], gmma_desc(vt + ks * 2048, kBlk, 1024));
-    gmma::commit();
-    gmma::wait<0>();
-#pragma unroll
-    for (int i = 0; i < kDv / 2; ++i) gmma::fence_operand(acc[i]);
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar0 + 8 * (kStages + stage));  // this warp is done with the stage
+  if (!active) {
+    for (int t = 0; t < n_tiles; ++t) {
+      wait_full(t);
+      release(t);
+    }
+  } else if constexpr (kPipelined) {
+    // S of tile t + 1 is issued before P.V of tile t, and the softmax of tile t + 1 runs while
+    // that P.V is on the tensor cores; the arithmetic (and its order per element) is the serial
+    // loop's: O = O alpha_t + P_t V_t with alpha_t applied after P.V of tile t - 1.
+    if (n_tiles > 0) {
+      float alpha[2];
+      wait_full(0);
+      issue_s(0);
+      gmma::wait<0>();
+      softmax(0, alpha);
+      pack_and_rescale(alpha);
+      for (int t = 1; t < n_tiles; ++t) {
+        wait_full(t);
+        issue_s(t);
+        issue_pv(t - 1);
+        gmma::wait<1>();  // S of tile t (committed first) is complete; P.V of t - 1 may run on
+        softmax(t, alpha);
+        gmma::wait<0>();
+        fence_acc();
+        release(t - 1);
+        pack_and_rescale(alpha);
+      }
+      issue_pv(n_tiles - 1);
+      gmma::wait<0>();
+      fence_acc();
+      release(n_tiles - 1);
+    }
+  } else {
+    for (int t = 0; t < n_tiles; ++t) {
+      float alpha[2];
+      wait_full(t);
+      issue_s(t);
+      gmma::wait<0>();
+      softmax(t, alpha);
+      pack_and_rescale(alpha);
+      issue_pv(t);
+      gmma::wait<0>();
+      fence_acc();
+      release(t);
+    }
   }
 
   // Epilogue: complete the row sums over the quad, normalise, write the run's partials.
@@ -283,21 +336,24 @@ CUtensorMap make_map(const uint16_t* x, int cols, int heads, int tokens, const c
 
 }  // namespace
 
-void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStream_t stream) {
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pipelined, cudaStream_t stream) {
   if (p.d_n + p.d_r != kDqk || p.d_v != kDv)
     throw InputError("prefix attention (wgmma): (d_n + d_r, d_v) = (" + std::to_string(p.d_n + p.d_r) + ", " +
                      std::to_string(p.d_v) + ") (supported: (192, 128))");
   static bool smem_set = false;
   if (!smem_set) {
-    const cudaError_t e = cudaFuncSetAttribute(prefix_attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kSmemBytes));
-    if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): smem limit: ") + cudaGetErrorString(e));
+    for (auto k : {prefix_attn_wgmma_kernel<true>, prefix_attn_wgmma_kernel<false>}) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
+      if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): smem limit: ") + cudaGetErrorString(e));
+    }
     smem_set = true;
   }
   const CUtensorMap km = make_map(p.k, kDqk, p.heads, p.prefix_len, "K");
   const CUtensorMap vm = make_map(p.v, kDv, p.heads, p.prefix_len, "V");
   const dim3 grid((p.rows + quant::kPrefixRowsPerBlock - 1) / quant::kPrefixRowsPerBlock, p.splits, p.heads);
-  prefix_attn_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
+  if (pipelined) prefix_attn_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
+  else prefix_attn_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): launch: ") + cudaGetErrorString(e));
 }

@@ -187,6 +187,8 @@ struct Timing {
   double mixed_us = 0, absorb_us = 0, absorb_core_us = 0, prefix_us = 0, suffix_us = 0, merge_us = 0, expand_us = 0;
   // The same with the mma.sync prefix kernel (the default is the wgmma kernel).
   double mixed_mma_us = 0, prefix_mma_us = 0;
+  // And with the wgmma kernel's serial loop (S, softmax, P.V in series: the first version).
+  double mixed_serial_us = 0, prefix_serial_us = 0;
   // Outputs of the two mixed variants on the same inputs: rel. L2 of wgmma vs mma.sync, and the
   // count of non-finite outputs of either (the bench's own check at full size).
   double kernels_rel_l2 = -1;
@@ -313,6 +315,11 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
       ap.kernel = quant::PrefixKernel::kMmaSync;
       t.prefix_mma_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
       t.mixed_mma_us = timer.median_us([&] { kernels::mixed_decode_bf16(pm, nullptr); }, o.runs, 1);
+      ap.kernel = quant::PrefixKernel::kWgmmaSerial;
+      t.prefix_serial_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
+      quant::MixedDecodeParams ps = p;
+      ps.prefix_kernel = quant::PrefixKernel::kWgmmaSerial;
+      t.mixed_serial_us = timer.median_us([&] { kernels::mixed_decode_bf16(ps, nullptr); }, o.runs, 1);
     }
     quant::PrefixMergeParams mp;
     mp.o_lat = o_lat.as<uint16_t>();
@@ -405,10 +412,10 @@ std::string run_prefix_bench(const PrefixOptions& o) {
       js["decompressed_prefix_mb"] = mem.decompressed_bytes / 1e6;
       std::printf("\nH=%d d_c=%d d_r=%d d_n=%d d_v=%d, shared prefix %d, own %d tokens per request, s_q=%d, page %d\n"
                   "  prefix decompress (once per prefix): %.1f us, %.0f MB of K/V\n"
-                  "  %6s %10s %10s %7s | %9s %9s %9s %8s %7s | %8s %7s | %9s %9s %7s | %s\n",
+                  "  %6s %10s %10s %7s | %9s %9s %9s %8s %7s | %8s %7s | %9s %9s %7s | %10s | %s\n",
                   H, kDc, kDr, kDn, kDv, L, o.suffix, o.s_q, o.page, pre.decompress_us, mem.decompressed_bytes / 1e6,
                   "B", "absorb us", "mixed us", "speedup", "prefix us", "suffix us", "merge us", "splits", "pre TF/s",
-                  "model x", "abs TF/s", "mixed mma", "pre mma", "TF/s", "wgmma vs mma rel L2, non-finite");
+                  "model x", "abs TF/s", "mixed mma", "pre mma", "TF/s", "pre serial", "wgmma vs mma rel L2, non-finite");
       std::vector<Timing> all;
       auto report = [&](const Timing& t, bool parts) {
         const model::PrefixCost cost = model::prefix_cost(shape, t.batch, L, o.suffix);
@@ -430,6 +437,8 @@ std::string run_prefix_bench(const PrefixOptions& o) {
           r["prefix_tflops"] = pre_tflops;
           r["prefix_mma_us"] = t.prefix_mma_us;
           r["wgmma_vs_mma_rel_l2"] = t.kernels_rel_l2;
+          r["prefix_serial_us"] = t.prefix_serial_us;
+          r["mixed_serial_us"] = t.mixed_serial_us;
           r["nonfinite_outputs"] = t.nonfinite;
           r["mixed_mma_us"] = t.mixed_mma_us;
           r["prefix_mma_tflops"] = t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0;
@@ -438,10 +447,11 @@ std::string run_prefix_bench(const PrefixOptions& o) {
           r["absorb_frac_gemm"] = abs_tflops / c.gemm_tflops;
         }
         if (parts)
-          std::printf("  %6d %10.1f %10.1f %6.2fx | %9.1f %9.1f %9.1f %8d %7.0f | %7.2fx %7.0f | %9.1f %9.1f %7.0f | %.1e %lld\n",
+          std::printf("  %6d %10.1f %10.1f %6.2fx | %9.1f %9.1f %9.1f %8d %7.0f | %7.2fx %7.0f | %9.1f %9.1f %7.0f | %10.1f | %.1e %lld\n",
                       t.batch, t.absorb_us, t.mixed_us, t.absorb_us / t.mixed_us, t.prefix_us, t.suffix_us, t.merge_us,
                       t.splits, pre_tflops, model_x, abs_tflops, t.mixed_mma_us, t.prefix_mma_us,
-                      t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0, t.kernels_rel_l2, t.nonfinite);
+                      t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0,
+                      t.prefix_serial_us, t.kernels_rel_l2, t.nonfinite);
         else
           std::printf("  %6d %10.1f %10.1f %6.2fx | (crossover sweep)\n", t.batch, t.absorb_us, t.mixed_us,
                       t.absorb_us / t.mixed_us);
