@@ -1,23 +1,14 @@
 // The many-head path (> 16 query rows, d_c >= 128, d_c + d_r <= 576; v6): wgmma, 64-row
-// blocks, 64-token tiles, the two consumer warpgroups splitting the d_c output columns (O: 64 x
-// d_c / 2 fp32 in each warpgroup's registers).
-// Schedule (a two-tile step in the spirit of FlashMLA's 'seesaw', keeping the twin's rounding
-// order): tiles go in pairs (T0, T1). Warpgroup 0 computes S = Q K^T of T0 (wgmma m64n64k16 from
-// shared memory), warpgroup 1 that of T1, at the same time. Warpgroup 0 runs T0's online softmax
-// and publishes P0 (bf16, the wgmma K-major swizzled layout), the row max m and T0's factor a0;
-// then both issue O = O a0 + P0 V0 on their half of the columns (warpgroup 0 with P0 from
-// registers) while warpgroup 1 runs T1's softmax (from m) on the CUDA cores. Warpgroup 1 then
-// publishes P1 and a1 (once its read of P0 is done: one P buffer), and both issue
-// O = O a1 + P1 V1. So each softmax runs under tensor-core work of the other warpgroup, S of the
-// two tiles is split between the warpgroups, and the rounding points are the twin's per tile
-// (P rounded to bf16 once, O rescaled by each tile's factor before that tile's P V).
-// Each warpgroup keeps its share of the row sum l (scaled by both factors); the epilogue adds
-// the two. K tiles: 2-stage ring of one TMA box (64 columns x 64 tokens, 128-byte swizzle) per
-// 64-column block, released by each warp after its last wgmma reading it; rows past L zeroed by
-// the warpgroup that computes the tile's S, published to the other by the P barrier.
+// blocks, 64-token tiles, the two consumer warpgroups splitting the d_c output columns.
+// FlashMLA's division of work (its first version): warpgroup 0 computes the whole
+// S = Q K^T of a 64-token tile (wgmma m64n64k16, Q and K from shared memory), runs the online
+// softmax and writes P (bf16, the wgmma K-major swizzled layout) and the per-row rescale factor
+// to shared memory; then both warpgroups issue O += P V for their half of the d_c output
+// columns (wgmma m64n(d_c/2)k16, A = P and B = V from shared memory) and do not wait for it:
+// warpgroup 0's S of the next tile queues behind the two P.V on the tensor cores. No fp32 S
+// exchange, two named barriers per 64 tokens. K tiles: 2-stage ring of one TMA box (64 columns
+// x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
 // Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
-#include <type_traits>
-
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
@@ -32,23 +23,21 @@ using quant::kPartInfoInts;
 constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
 
 // Ring stages: as many 64-token tiles as shared memory holds next to Q and P at the largest
-// d_r the path takes for that d_c (d_c + d_r <= 576): 2 at d_c = 512, 3 at 256, 5 at 128. The
-// loads are latency-bound (a tile's stage is held from its arrival until both warpgroups' P V
-// of it are done), so every extra stage in flight counts.
+// d_r the path takes for that d_c (d_c + d_r <= 576): 2 at d_c = 512, 3 at 256, 5 at 128.
+// The loads are latency-bound (a stage is held from its tile's arrival until both
+// warpgroups' P V of it are done; docs/gpu-notes.md, issue 10), so a stage more counts:
+// 3 instead of 2 at d_c = 256 took the TPLA tp=4 rank (H=64) from ~0.8 ms to ~0.73 ms.
 template <int DC>
 constexpr int kV6Stages = DC == 512 ? 2 : DC == 256 ? 3 : 5;
-// Named barriers (0 is __syncthreads): Q reload, each warpgroup's tail zeroing, P0 / P1 ready,
-// epilogue row sums.
-constexpr int kBarQ = 1, kBarZero0 = 2, kBarP0 = 3, kBarP1 = 4, kBarEpi = 5, kBarZero1 = 6;
 
 template <int DC>
 struct V6Cfg {
   static constexpr int kNHalf = DC / 2;     // O columns per warpgroup
   static constexpr int kOReg = kNHalf / 2;  // fp32 accumulators per thread
-  // 1 KB alignment slack, Q, the ring, P (64 x 64 bf16), 5 x 64 row floats, mbarriers.
+  // 1 KB alignment slack, Q, the ring, P (64 x 64 bf16), 3 x 64 row floats, mbarriers.
   static constexpr size_t smem_bytes(int dim) {
     const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
-    return 1024 + nblk * 8192 + kV6Stages<DC> * nblk * 8192 + 8192 + 5 * 64 * 4 + 256;
+    return 1024 + nblk * 8192 + kV6Stages<DC> * nblk * 8192 + 8192 + 3 * 64 * 4 + 256;
   }
 };
 
@@ -70,11 +59,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const uint32_t sQ = base;
   const uint32_t sK = sQ + nblk * 8192;
   const uint32_t sP = sK + S * stage_bytes;
-  float* sM = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] row max after the last published tile
-  float* sA0 = sM + 64;   // [64] factor of the pair's first tile (warpgroup 0 -> 1)
-  float* sA1 = sA0 + 64;  // [64] factor of the pair's second tile (warpgroup 1 -> 0)
-  float* sL = sA1 + 64;   // [2][64] each warpgroup's row sum (epilogue)
-  const uint32_t bar0 = smem_u32(sL + 128);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  float* sScale = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] alpha of the tile
+  float* sInvL = sScale + 64;                                            // [64] 1 / l (epilogue)
+  float* sLse = sInvL + 64;                                              // [64] (epilogue)
+  const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   init_ring(bar0, S);
@@ -88,13 +76,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
-  // ---- consumers: warpgroup wg owns O columns [wg d_c / 2, (wg + 1) d_c / 2) ----
+  // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int wg = warp / 4, wiw = warp % 4, tid = threadIdx.x % 128;
+  const int wg = warp / 4, wiw = warp % 4;
   const int g = lane / 4, tq = lane % 4;
   const float scale_log2 = p.scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
-  const uint32_t v_half = wg * (DC / 128) * 8192;  // this warpgroup's V columns within a stage
   int lrow[2], lim_off[2];  // this thread's two rows in the block, and their causal offsets
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -108,27 +95,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kTileTokens);
     const int n_split = offsets[b + 1] - offsets[b];
-    named_bar_sync(kBarQ, 256);  // the previous segment is done with Q and the row floats
+    named_bar_sync(1, 256);  // the previous segment is done with Q and the row floats
     load_q_rows(p, b, row0, sQ, threadIdx.x, 256);
-    named_bar_sync(kBarQ, 256);
-    // m: the row max, the same in both warpgroups (passed through sM with each tile's P);
-    // l: this warpgroup's share of the row sum (this thread's columns of S).
-    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};
+    named_bar_sync(1, 256);
+    float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};  // warpgroup 0 only
     float acc[C::kOReg];
 #pragma unroll
     for (int i = 0; i < C::kOReg; ++i) acc[i] = 0.f;
-    float sv[32];       // S of this warpgroup's tile (read-only after the wgmma)
-    uint32_t pa[4][4];  // P as wgmma A fragments (bf16), one per 16-token k-step
-    // Waits for tile ti_'s stage and zeroes its rows past L with this warpgroup's threads
-    // (pages past L may hold NaN, which must not reach P V; a bad page id's tile arrives
-    // zero-filled). The other warpgroup sees the zeros through the P barrier.
+    int pending = -1;  // tile counter of the stage this warp still has to release
+    float sv[32];      // warpgroup 0: S, then P (fp32) of the current tile
+    // Warpgroup 0: waits for tile ti_'s stage and zeroes its rows past L (pages past L may hold
+    // NaN, which must not reach P.V; a bad page id's tile arrives zero-filled).
     auto wait_tile = [&](int it_, int ti_) -> uint32_t {
       const uint32_t tile_ = sK + (it_ % S) * stage_bytes;
       mbar_wait(bar0 + 8 * (it_ % S), (it_ / S) & 1);
       const int valid = tile_rows_in_length<kTileTokens>(L, ti_);
       if (valid < kTileTokens) {
-        zero_tail_rows<kTileTokens>(tile_, valid, nblk, tid, 128);
-        named_bar_sync(wg == 0 ? kBarZero0 : kBarZero1, 128);
+        zero_tail_rows<kTileTokens>(tile_, valid, nblk, threadIdx.x, 128);
+        named_bar_sync(2, 128);
       }
       return tile_;
     };
@@ -136,168 +120,90 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
-    // P (bf16 A fragments, pa) into the shared P buffer for the other warpgroup.
-    auto publish_p = [&]() {
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const int stage = it % S;
+      const uint32_t tile = sK + stage * stage_bytes;
+      float alpha[2] = {1.f, 1.f};
+      if (wg == 0) {
+        const int j0 = ti * kTileTokens;
+        gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+        if (pending >= 0) release(pending);
+        pending = -1;
+        compute_s64(sv, sQ, wait_tile(it, ti), nk);
+        softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+        named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = lrow[h];
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq),
-                       "r"(pa[n >> 1][(n & 1) * 2 + h])
-                       : "memory");
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = lrow[h];
+            const uint32_t v = pack_bf16(sv[n * 4 + 2 * h], sv[n * 4 + 2 * h + 1]);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq), "r"(v)
+                         : "memory");
+          }
+        if (tq == 0) {
+          sScale[lrow[0]] = alpha[0];
+          sScale[lrow[1]] = alpha[1];
         }
-    };
-    auto scale_o = [&](const float (&a)[2]) {
-      if (a[0] != 1.f || a[1] != 1.f) {
+        fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
+        named_bar_sync(4, 256);
+      } else {
+        gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
 #pragma unroll
-        for (int i = 0; i < C::kOReg; ++i) acc[i] *= a[(i >> 1) & 1];
+        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+        if (pending >= 0) release(pending);
+        pending = -1;
+        named_bar_sync(3, 256);
+        named_bar_sync(4, 256);  // P, the row factors and the zeroed tail rows are visible
+        alpha[0] = sScale[lrow[0]];
+        alpha[1] = sScale[lrow[1]];
       }
-    };
-    auto fence_acc = [&]() {
+      // ---- O = O * alpha + P V over this warpgroup's d_c / 2 columns ----
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-    };
-    // O += P V over this warpgroup's columns of `tile`, P from registers (pa), one commit group.
-    auto issue_pv_reg = [&](uint32_t tile) {
-      fence_acc();
-      gmma::fence();
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t dv = gmma_desc(tile + v_half + ks * 2048, 8192, 1024);
-        if constexpr (C::kNHalf == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
-        else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
-        else gmma::wgmma_rs_n64(acc, pa[ks], dv);
-      }
-      gmma::commit();
-    };
-    // The same with P from the shared P buffer (the other warpgroup's tile).
-    auto issue_pv_smem = [&](uint32_t tile) {
-      fence_acc();
       gmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const uint64_t da = gmma_desc(sP + ks * 32, 16, 1024);
-        const uint64_t dv = gmma_desc(tile + v_half + ks * 2048, 8192, 1024);
+        const uint64_t dv = gmma_desc(tile + wg * (DC / 128) * 8192 + ks * 2048, 8192, 1024);
         if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
         else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
         else gmma::wgmma_ss_n64_tb(acc, da, dv);
       }
       gmma::commit();
-    };
-    auto wait_pv = [&]() {
-      gmma::wait<0>();
-      fence_acc();
-    };
-    // One step of warpgroup 0 on tiles (ti_, ti_ + 1) at ring positions (it_, it_ + 1); TWO:
-    // whether the second tile exists (the last step of an odd run has one). Every wgmma group is
-    // waited for inside the step (no accumulator in flight across a branch or the loop edge,
-    // which would make ptxas serialise the wgmma pipeline).
-    auto step_wg0 = [&](auto two, int ti_, int it_) {
-      constexpr bool TWO = decltype(two)::value;
-      const uint32_t tile0 = sK + (it_ % S) * stage_bytes;
-      compute_s64(sv, sQ, wait_tile(it_, ti_), nk);
-      float a0[2];
-      softmax_tile_packed(sv, ti_ * kTileTokens, L, lim_off, tq, scale_log2, m_run, l_run, a0, pa);
-      publish_p();  // the P buffer is free: this warpgroup's last P V from it was waited for
-      if (tq == 0) {
+      pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
+    }
+    // ---- epilogue ----
+    gmma::wait<0>();
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          sM[lrow[h]] = m_run[h];
-          sA0[lrow[h]] = a0[h];
-        }
-      }
-      fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
-      named_bar_arrive(kBarP0, 256);
-      scale_o(a0);
-      issue_pv_reg(tile0);
-      wait_pv();
-      release(it_);
-      if constexpr (TWO) {
-        named_bar_sync(kBarP1, 256);  // P1, a1 and m after T1 are in shared memory
-        float a1[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          a1[h] = sA1[lrow[h]];
-          m_run[h] = sM[lrow[h]];
-          l_run[h] *= a1[h];
-        }
-        scale_o(a1);
-        issue_pv_smem(sK + ((it_ + 1) % S) * stage_bytes);
-        wait_pv();
-        release(it_ + 1);
-      }
-    };
-    auto step_wg1 = [&](auto two, int ti_, int it_) {
-      constexpr bool TWO = decltype(two)::value;
-      const uint32_t tile0 = sK + (it_ % S) * stage_bytes;
-      if constexpr (TWO) compute_s64(sv, sQ, wait_tile(it_ + 1, ti_ + 1), nk);
-      named_bar_sync(kBarP0, 256);  // P0, a0, m after T0 and T0's zeroed tail are visible
-      float a0[2];
+    for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+    if (pending >= 0) release(pending);
+    if (wg == 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        a0[h] = sA0[lrow[h]];
-        m_run[h] = sM[lrow[h]];
-        l_run[h] *= a0[h];
-      }
-      scale_o(a0);
-      issue_pv_smem(tile0);  // in flight during T1's softmax
-      if constexpr (TWO) {
-        float a1[2];
-        // S stays unwritten while P0 V0 is in flight (softmax_tile_packed says why).
-        softmax_tile_packed(sv, (ti_ + 1) * kTileTokens, L, lim_off, tq, scale_log2, m_run, l_run, a1, pa);
-        wait_pv();  // the P buffer (P0) is no longer read, T0 no longer needed here
-        release(it_);
-        publish_p();
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
         if (tq == 0) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            sM[lrow[h]] = m_run[h];
-            sA1[lrow[h]] = a1[h];
-          }
+          sInvL[lrow[h]] = l > 0.f ? 1.f / l : 0.f;
+          sLse[lrow[h]] = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
         }
-        fence_proxy_async();
-        named_bar_arrive(kBarP1, 256);
-        scale_o(a1);
-        issue_pv_reg(sK + ((it_ + 1) % S) * stage_bytes);
-        wait_pv();
-        release(it_ + 1);
-      } else {
-        wait_pv();
-        release(it_);
       }
-    };
-    int ti = t;
-    if (wg == 0) {
-      for (; ti + 1 < stop; ti += 2, it += 2) step_wg0(std::true_type{}, ti, it);
-      if (ti < stop) step_wg0(std::false_type{}, ti, it++);
-    } else {
-      for (; ti + 1 < stop; ti += 2, it += 2) step_wg1(std::true_type{}, ti, it);
-      if (ti < stop) step_wg1(std::false_type{}, ti, it++);
     }
-    // ---- epilogue: l = the two warpgroups' shares; m is the same in both ----
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float l = l_run[h];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      if (tq == 0) sL[wg * 64 + lrow[h]] = l;
-    }
-    named_bar_sync(kBarEpi, 256);
+    named_bar_sync(5, 256);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + lrow[h];
       if (r >= rows) continue;
-      const float l = sL[lrow[h]] + sL[64 + lrow[h]];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const float lse = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf;
       store_row(p, o_acc, lse_acc, b, split, n_split, r, wg * C::kNHalf + 2 * tq, C::kNHalf / 8,
-                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, inv, lse,
-                wg == 0 && tq == 0);
+                [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, sInvL[lrow[h]],
+                sLse[lrow[h]], wg == 0 && tq == 0);
     }
   }
 }

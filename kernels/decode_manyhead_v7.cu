@@ -3,9 +3,8 @@
 // Each consumer warpgroup owns 64 rows and the whole d_c (O: 64 x d_c fp32 in registers), so
 // the two warpgroups never exchange anything: each runs S = Q K^T (wgmma m64n64k16 from shared
 // memory), the online softmax, and O += P V with P from registers (wgmma m64n(d_c)k16, V
-// MN-major) on the same K tile. Within a warpgroup S of the next tile is issued ahead of P V
-// of the current one, so each softmax runs while the tensor cores do its own warpgroup's P V
-// (and the other warpgroup's wgmmas). One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
+// MN-major) on the same K tile; while one runs its softmax the other's wgmmas keep the tensor
+// cores busy. One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
 // its half-size cache once instead of once per 64-row block (v6). Tile 64 as v6 and the twin.
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
@@ -20,10 +19,7 @@ namespace {
 using quant::kPartInfoInts;
 constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
 
-// Ring stages: as many 64-token tiles as shared memory holds next to the two Q halves at the
-// largest d_r the path takes (d_c + d_r <= 320 at d_c = 256, <= 256 at 128): 3 and 5.
-template <int DC>
-constexpr int kV7Stages = DC == 256 ? 3 : 5;
+constexpr int kV7Stages = 3;
 
 template <int DC>
 struct V7Cfg {
@@ -31,7 +27,7 @@ struct V7Cfg {
   // 1 KB alignment slack, Q (two 64-row halves), the ring, mbarriers.
   static constexpr size_t smem_bytes(int dim) {
     const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
-    return 1024 + 2 * nblk * 8192 + kV7Stages<DC> * nblk * 8192 + 256;
+    return 1024 + 2 * nblk * 8192 + kV7Stages * nblk * 8192 + 256;
   }
 };
 
@@ -41,7 +37,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
                            float* __restrict__ o_acc, float* __restrict__ lse_acc) {
   using C = V7Cfg<DC>;
-  constexpr int S = kV7Stages<DC>;
+  constexpr int S = kV7Stages;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -108,27 +104,32 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
-    float sv[32];         // S of the newest tile (read-only after its wgmma)
-    uint32_t pa[4][4];    // P of the tile whose P V is next (bf16 wgmma A fragments)
-    uint32_t pn[4][4];    // P of the newest tile, computed while the previous P V runs
-    float alpha[2];       // factor for O before the P V of the tile in pa
-    auto fence_regs = [&]() {
+    float sv[32];        // S, then P (fp32) of the current tile
+    uint32_t pa[4][4];   // P as wgmma A fragments, one per 16-token k-step
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const uint32_t tile = sK + (it % S) * stage_bytes;
+      const int j0 = ti * kTileTokens;
+      compute_s64(sv, myQ, wait_tile(it, ti), nk);
+      float alpha[2];
+      softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const int n0 = 2 * ks, n1 = 2 * ks + 1;
+        pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+        pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+        pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+        pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
+      }
+      if (alpha[0] != 1.f || alpha[1] != 1.f) {
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      }
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-    };
-    auto scale_o = [&]() {
-      if (alpha[0] != 1.f || alpha[1] != 1.f) {
-#pragma unroll
-        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
-      }
-    };
-    // O += P V (P from registers, V = the tile's d_c columns, MN-major), one commit group.
-    auto issue_pv = [&](uint32_t tile) {
-      fence_regs();
       gmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -137,38 +138,17 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_rs_n128(acc, pa[ks], dv);
       }
       gmma::commit();
-    };
-    // Software pipeline (FlashAttention-3's intra-warpgroup overlap): S of tile i is issued
-    // ahead of P V of tile i - 1, so the softmax of tile i runs on the CUDA cores while the
-    // tensor cores do that P V (wgmma groups complete in order: wait 1 = S done, P V pending).
-    // S is only read by the softmax (softmax_tile_packed: writing it while a wgmma is in
-    // flight would serialise every wgmma). Every iteration ends with nothing in flight.
-    compute_s64(sv, myQ, wait_tile(it, t), nk);
-    softmax_tile_packed(sv, t * kTileTokens, L, lim_off, tq, scale_log2, m_run, l_run, alpha, pa);
-    for (int ti = t + 1; ti < stop; ++ti, ++it) {
-      const uint32_t prev = sK + (it % S) * stage_bytes;
-      const uint32_t tile = wait_tile(it + 1, ti);
-      scale_o();
-      issue_s64(sv, myQ, tile, nk);
-      issue_pv(prev);
-      gmma::wait<1>();  // S of tile ti is done; P V of tile ti - 1 is still running
+      gmma::wait<0>();
+      release(it);
+#pragma unroll
+      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
 #pragma unroll
       for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-      softmax_tile_packed(sv, ti * kTileTokens, L, lim_off, tq, scale_log2, m_run, l_run, alpha, pn);
-      gmma::wait<0>();
-      fence_regs();
-      release(it);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) pa[ks][r] = pn[ks][r];
+        for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
     }
-    scale_o();
-    issue_pv(sK + (it % S) * stage_bytes);
-    gmma::wait<0>();
-    fence_regs();
-    release(it);
-    ++it;
     // ---- epilogue: this warpgroup's rows, all d_c columns ----
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

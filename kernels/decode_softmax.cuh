@@ -65,43 +65,4 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
   l_run[1] = l_run[1] * alpha[1] + lsum[1];
 }
 
-// The same online softmax, reading S (sv, 32 accumulators of wgmma m64n64) without writing it,
-// and leaving P as bf16 wgmma A fragments (pa[ks]: tokens 16 ks .. 16 ks + 15), rounded as the
-// twin does. Used while a wgmma of the same warpgroup is in flight: writing registers that a
-// wgmma used as accumulators in that window makes ptxas serialise every wgmma (C7515).
-__device__ __forceinline__ void softmax_tile_packed(const float (&sv)[32], int j0, int L, const int (&lim_off)[2], int tq,
-                                                    float scale_log2, float (&m_run)[2], float (&l_run)[2],
-                                                    float (&alpha)[2], uint32_t (&pa)[4][4]) {
-  const float neg_inf = -__int_as_float(0x7f800000);
-  auto logit = [&](int i) {
-    const int h = (i >> 1) & 1;
-    const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-    return (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
-  };
-  float tmax[2] = {neg_inf, neg_inf};
-#pragma unroll
-  for (int i = 0; i < 32; ++i) tmax[(i >> 1) & 1] = fmaxf(tmax[(i >> 1) & 1], logit(i));
-  float m_use[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-    const float m_new = fmaxf(m_run[h], tmax[h]);
-    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-    alpha[h] = exp2f(m_run[h] - m_use[h]);
-    m_run[h] = m_new;
-  }
-  float lsum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < 32; i += 2) {
-    const int h = (i >> 1) & 1;
-    const float p0 = exp2f(logit(i) - m_use[h]), p1 = exp2f(logit(i + 1) - m_use[h]);
-    lsum[h] += p0;
-    lsum[h] += p1;
-    pa[i >> 3][(i >> 1) & 3] = pack_bf16(p0, p1);
-  }
-  l_run[0] = l_run[0] * alpha[0] + lsum[0];
-  l_run[1] = l_run[1] * alpha[1] + lsum[1];
-}
-
 }  // namespace mla::kernels::detail
