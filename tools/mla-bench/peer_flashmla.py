@@ -32,7 +32,7 @@ import torch
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_decode_capi.so")
-    ap.add_argument("--suite", default="issue10", choices=["issue10", "quick"], help="which shapes")
+    ap.add_argument("--suite", default="issue10", choices=["issue10", "quick", "manyhead"], help="which shapes")
     ap.add_argument("--runs", type=int, default=30, help="timed calls per implementation and shape (median)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
@@ -172,6 +172,17 @@ def suite(name):
     if name == "quick":
         return [("h128_sq1_l8k", (B, 128, 1, 512, 8192), (B, 128, 1, 512, 8192)),
                 ("tpla_tp2_h128_dc256_l32k", (B, 128, 1, 256, 32768), (B, 64, 1, 512, 32768))]
+    if name == "manyhead":  # the shapes the wgmma paths run (v6, v7), for schedule changes
+        return [("h64_sq2_l8k", (B, 64, 2, 512, 8192), (B, 64, 2, 512, 8192)),
+                ("h128_sq1_l8k", (B, 128, 1, 512, 8192), (B, 128, 1, 512, 8192)),
+                ("h128_sq2_l8k", (B, 128, 2, 512, 8192), (B, 128, 2, 512, 8192)),
+                ("h128_sq1_l32k", (B, 128, 1, 512, 32768), (B, 128, 1, 512, 32768)),
+                ("h64_sq1_l8k", (B, 64, 1, 512, 8192), (B, 64, 1, 512, 8192)),
+                ("h16_sq2_l8k", (B, 16, 2, 512, 8192), (B, 16, 2, 512, 8192)),
+                ("tpla_tp2_h128_dc256_l8k", (B, 128, 1, 256, 8192), (B, 64, 1, 512, 8192)),
+                ("tpla_tp2_h128_dc256_l32k", (B, 128, 1, 256, 32768), (B, 64, 1, 512, 32768)),
+                ("tpla_tp4_h64_dc256_l32k", (B, 64, 1, 256, 32768), (B, 32, 1, 512, 32768)),
+                ("tpla_tp4_h128_dc128_l32k", (B, 128, 1, 128, 32768), (B, 32, 1, 512, 32768))]
     out = []
     for L in (4096, 8192, 32768):
         for H in (16, 64, 128):
