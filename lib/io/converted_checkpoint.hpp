@@ -27,4 +27,9 @@ struct RankAttention {
 // missing or mis-shaped (naming the directory and the tensor).
 RankAttention load_rank_attention(const std::filesystem::path& rank_dir, int64_t layer);
 
+// Checks `converted`/manifest.json: every listed output file's SHA-256, and that `original` has
+// the checkpoint fingerprint the conversion recorded. InputError when the manifest is missing
+// or malformed; VerificationError naming the file when a hash or the fingerprint differs.
+void check_manifest(const std::filesystem::path& converted, const std::filesystem::path& original);
+
 }  // namespace mla::io

@@ -172,7 +172,7 @@ SharedPrefixReport verify_shared_prefix(const VerifyOptions& o, int64_t N) {
   if (o.page_size != 64 && o.page_size != 128)
     throw InputError("--page-size must be 64 or 128, got " + std::to_string(o.page_size));
   if (o.device != "cpu" && o.device != "cuda") throw InputError("--device must be cpu or cuda, got '" + o.device + "'");
-  if (!o.skip_manifest_check) check_manifest(o.converted, o.original);
+  if (!o.skip_manifest_check) io::check_manifest(o.converted, o.original);
   const int tp = converted_ranks(o.converted);
   if (tp != 1)
     throw InputError(o.converted.string() + ": --shared-prefix verifies a tp = 1 conversion; this one has " +

@@ -436,38 +436,11 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
 
 }  // namespace
 
-void check_manifest(const fs::path& converted, const fs::path& original) {
-  const fs::path mpath = converted / "manifest.json";
-  std::ifstream in(mpath);
-  if (!in) throw InputError(mpath.string() + ": cannot open");
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw InputError(mpath.string() + ": not valid JSON: " + e.what());
-  }
-  if (!m.contains("outputs") || !m["outputs"].is_object() || m["outputs"].empty())
-    throw InputError(mpath.string() + ": field 'outputs' missing or empty");
-  for (const auto& [rel, sha] : m["outputs"].items()) {
-    const fs::path f = converted / rel;
-    if (!fs::exists(f)) throw VerificationError(mpath.string() + ": listed output '" + rel + "' is missing");
-    const std::string actual = io::sha256_file(f);
-    if (actual != sha.get<std::string>())
-      throw VerificationError(f.string() + ": SHA-256 " + actual + " does not match the manifest's " + sha.get<std::string>());
-  }
-  const std::string recorded = m.at("input").at("checkpoint_fingerprint").get<std::string>();
-  const std::string actual = io::fingerprint(io::Checkpoint::open(original));
-  if (recorded != actual)
-    throw VerificationError(mpath.string() + ": converted from checkpoint fingerprint " + recorded + ", but --original " +
-                            original.string() + " has " + actual);
-  spdlog::info("manifest: {} output files match their SHA-256; original fingerprint matches", m["outputs"].size());
-}
-
 VerifyReport verify_decode(const VerifyOptions& o) {
   if (o.prefill < 0 || o.decode < 1) throw InputError("--prefill must be >= 0 and --decode >= 1");
   if (o.sequences < 1) throw InputError("--sequences must be >= 1");
   if (o.page_size != 64 && o.page_size != 128) throw InputError("--page-size must be 64 or 128, got " + std::to_string(o.page_size));
-  if (!o.skip_manifest_check) check_manifest(o.converted, o.original);
+  if (!o.skip_manifest_check) io::check_manifest(o.converted, o.original);
   std::unique_ptr<DecodeBackend> backend;
   backend = make_kv_backend(o.device, o.kv);
   if (o.kv != "bf16" && o.devices > 0) throw InputError("--kv " + o.kv + " with --devices: only the bf16 cache runs on several devices");

@@ -103,9 +103,6 @@ struct VerifyReport {
   std::string table(const VerifyOptions& o) const;
 };
 
-// Checks manifest.json: every output file's SHA-256, and that the original checkpoint's
-// fingerprint is the one the conversion recorded. Throws VerificationError naming the file.
-void check_manifest(const std::filesystem::path& converted, const std::filesystem::path& original);
 
 VerifyReport verify_decode(const VerifyOptions& opts);
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "io/converted_checkpoint.hpp"
 #include "verify_fixture.hpp"
 
 using namespace verify_test;
@@ -76,7 +77,7 @@ TEST(VerifyDecode, TamperedOutputIsCaughtByTheManifest) {
     f.put('x');
   }
   try {
-    mla::verify::check_manifest(bad, tiny_v2());
+    mla::io::check_manifest(bad, tiny_v2());
     FAIL() << "expected a VerificationError";
   } catch (const mla::VerificationError& e) {
     EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
@@ -85,7 +86,7 @@ TEST(VerifyDecode, TamperedOutputIsCaughtByTheManifest) {
 
 TEST(VerifyDecode, ConversionOfAnotherCheckpointIsRejected) {
   const fs::path src = convert("tp1", 1, 1, Reparam::Identity, NormMode::Approx);
-  EXPECT_THROW(mla::verify::check_manifest(src, fs::path(MLA_SOURCE_DIR) / "datasets/tiny-v3"),
+  EXPECT_THROW(mla::io::check_manifest(src, fs::path(MLA_SOURCE_DIR) / "datasets/tiny-v3"),
                mla::VerificationError);
 }
 
