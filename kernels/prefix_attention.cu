@@ -13,7 +13,7 @@
 namespace mla::kernels {
 namespace prefix {
 // The wgmma kernel for (d_n + d_r, d_v) = (192, 128): kernels/prefix_attention_wgmma.cu.
-void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pipelined, cudaStream_t stream);
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pingpong, cudaStream_t stream);
 }  // namespace prefix
 namespace {
 
@@ -235,15 +235,15 @@ void prefix_attn_bf16(const PrefixAttnParams& p, cudaStream_t stream) {
   quant::validate_prefix_attn(p);
   using quant::PrefixKernel;
   if (p.kernel != PrefixKernel::kAuto && p.kernel != PrefixKernel::kMmaSync && p.kernel != PrefixKernel::kWgmma &&
-      p.kernel != PrefixKernel::kWgmmaSerial)
+      p.kernel != PrefixKernel::kWgmmaNoPingpong)
     throw InputError("prefix attention params: kernel = " + std::to_string(static_cast<int>(p.kernel)) +
-                     " (0 auto, 1 mma.sync, 2 wgmma, 3 wgmma serial)");
+                     " (0 auto, 1 mma.sync, 2 wgmma, 3 wgmma without ping-pong)");
   if (p.d_n == 128) {
     if (p.kernel == PrefixKernel::kMmaSync) launch_attn<192, 128>(p, stream);
-    else prefix::launch_prefix_attn_wgmma(p, split_tokens(p), p.kernel != PrefixKernel::kWgmmaSerial, stream);
+    else prefix::launch_prefix_attn_wgmma(p, split_tokens(p), p.kernel != PrefixKernel::kWgmmaNoPingpong, stream);
     return;
   }
-  if (p.kernel == PrefixKernel::kWgmma || p.kernel == PrefixKernel::kWgmmaSerial)
+  if (p.kernel == PrefixKernel::kWgmma || p.kernel == PrefixKernel::kWgmmaNoPingpong)
     throw InputError("prefix attention params: kernel = wgmma needs (d_n, d_r, d_v) = (128, 64, 128) (got d_n = " +
                      std::to_string(p.d_n) + ")");
   launch_attn<96, 64>(p, stream);

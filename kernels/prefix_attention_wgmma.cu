@@ -7,15 +7,17 @@
 //     swizzle, the wgmma K-major layout) from K [L_s, H, 192] and V [L_s, H, 128] viewed as 3-D
 //     tensors (columns, heads, tokens) into a 4-stage full/empty mbarrier ring (K: 3 boxes,
 //     V: 2 boxes per stage); tokens past L_s arrive as zeros.
-//   consumers (warpgroups 0 and 1, 64 query rows each, independent of each other):
+//   consumers (warpgroups 0 and 1, 64 query rows each):
 //     S = Q K^T: wgmma m64n64k16 with Q in registers (loaded once from global in the A-fragment
 //       layout) and K from shared memory, so a k-step reads 2 KB of shared memory instead of 4
 //       (Q and K both from shared memory would sit at the shared-memory bandwidth limit);
 //     online softmax of the 64-token tile in registers (base 2, the twin's rounding points);
-//     O += P V: wgmma m64n128k16, P (bf16) in registers, V from shared memory (MN-major);
-//     the stage is released after the P.V completes.
-// The two consumer warpgroups drift against each other, so one's softmax can run under the
-// other's MMAs; no intra-warpgroup overlap (see docs/gpu-notes.md, issue 13).
+//     O += P V: wgmma m64n128k16, P (bf16) in registers, V from shared memory (MN-major).
+//     S of tile t + 1 is issued before P.V of tile t and its softmax runs while that P.V is on
+//     the tensor cores (FlashAttention-3's intra-warpgroup overlap); the two warpgroups issue
+//     their MMAs in turns (ping-pong), so one's softmax runs under the other's MMAs. A stage is
+//     released once the P.V that reads it is complete.
+// docs/gpu-notes.md (issue 13) has the predictions and measurements of each step.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -65,7 +67,7 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 
 // The maps are __grid_constant__ parameters and no launch here uses programmatic dependent launch
 // (docs/gpu-notes.md, v4: a parameter map failed only together with PDL).
-template <bool kPipelined>
+template <bool kPingpong>
 __global__ void __launch_bounds__(kThreads, 1)
     prefix_attn_wgmma_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                              const PrefixAttnParams p, int per_split) {
@@ -239,46 +241,50 @@ __global__ void __launch_bounds__(kThreads, 1)
       wait_full(t);
       release(t);
     }
-  } else if constexpr (kPipelined) {
+  } else if (n_tiles > 0) {
     // S of tile t + 1 is issued before P.V of tile t, and the softmax of tile t + 1 runs while
-    // that P.V is on the tensor cores; the arithmetic (and its order per element) is the serial
-    // loop's: O = O alpha_t + P_t V_t with alpha_t applied after P.V of tile t - 1.
-    if (n_tiles > 0) {
-      float alpha[2];
-      wait_full(0);
-      issue_s(0);
-      gmma::wait<0>();
-      softmax(0, alpha);
-      pack_and_rescale(alpha);
-      for (int t = 1; t < n_tiles; ++t) {
-        wait_full(t);
-        issue_s(t);
-        issue_pv(t - 1);
-        gmma::wait<1>();  // S of tile t (committed first) is complete; P.V of t - 1 may run on
-        softmax(t, alpha);
-        gmma::wait<0>();
-        fence_acc();
-        release(t - 1);
-        pack_and_rescale(alpha);
-      }
-      issue_pv(n_tiles - 1);
-      gmma::wait<0>();
-      fence_acc();
-      release(n_tiles - 1);
-    }
-  } else {
-    for (int t = 0; t < n_tiles; ++t) {
-      float alpha[2];
+    // that P.V is on the tensor cores; the arithmetic (and its order per element) is that of a
+    // serial loop: O = O alpha_t + P_t V_t with alpha_t applied after P.V of tile t - 1.
+    // Ping-pong (kPingpong, both warpgroups active): the warpgroups take turns to issue their
+    // MMAs (named barriers 1 and 2: warpgroup w waits on 1 + w, then lets the other go), so one
+    // warpgroup's softmax runs while the other's MMAs occupy the tensor cores. Each warpgroup
+    // has n_tiles + 1 issue points; warpgroup 1 opens the first turn for warpgroup 0 and skips
+    // its last hand-over, so every barrier use completes with exactly 256 threads.
+    const bool pingpong = kPingpong && blockIdx.x * quant::kPrefixRowsPerBlock + 64 < p.rows;
+    auto my_turn = [&] {
+      if (pingpong) bar_sync(1 + wg, 256);
+    };
+    auto hand_over = [&](bool last) {
+      if (pingpong && !(last && wg == 1)) bar_arrive(2 - wg, 256);
+    };
+    if (pingpong && wg == 1) bar_arrive(1, 256);
+    float alpha[2];
+    wait_full(0);
+    my_turn();
+    issue_s(0);
+    hand_over(false);
+    gmma::wait<0>();
+    softmax(0, alpha);
+    pack_and_rescale(alpha);
+    for (int t = 1; t < n_tiles; ++t) {
       wait_full(t);
+      my_turn();
       issue_s(t);
-      gmma::wait<0>();
+      issue_pv(t - 1);
+      hand_over(false);
+      gmma::wait<1>();  // S of tile t (committed first) is complete; P.V of t - 1 may run on
       softmax(t, alpha);
-      pack_and_rescale(alpha);
-      issue_pv(t);
       gmma::wait<0>();
       fence_acc();
-      release(t);
+      release(t - 1);
+      pack_and_rescale(alpha);
     }
+    my_turn();
+    issue_pv(n_tiles - 1);
+    hand_over(true);
+    gmma::wait<0>();
+    fence_acc();
+    release(n_tiles - 1);
   }
 
   // Epilogue: complete the row sums over the quad, normalise, write the run's partials.
@@ -336,7 +342,7 @@ CUtensorMap make_map(const uint16_t* x, int cols, int heads, int tokens, const c
 
 }  // namespace
 
-void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pipelined, cudaStream_t stream) {
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pingpong, cudaStream_t stream) {
   if (p.d_n + p.d_r != kDqk || p.d_v != kDv)
     throw InputError("prefix attention (wgmma): (d_n + d_r, d_v) = (" + std::to_string(p.d_n + p.d_r) + ", " +
                      std::to_string(p.d_v) + ") (supported: (192, 128))");
@@ -352,7 +358,7 @@ void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pip
   const CUtensorMap km = make_map(p.k, kDqk, p.heads, p.prefix_len, "K");
   const CUtensorMap vm = make_map(p.v, kDv, p.heads, p.prefix_len, "V");
   const dim3 grid((p.rows + quant::kPrefixRowsPerBlock - 1) / quant::kPrefixRowsPerBlock, p.splits, p.heads);
-  if (pipelined) prefix_attn_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
+  if (pingpong) prefix_attn_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
   else prefix_attn_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): launch: ") + cudaGetErrorString(e));

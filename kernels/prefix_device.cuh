@@ -95,6 +95,15 @@ __device__ __forceinline__ void gemm_rows64(float (&acc)[NT / 8][4], char* smem,
   }
 }
 
+// Named barriers (id 1..15; 0 is __syncthreads): bar_sync waits until `threads` threads have
+// arrived or synced on `id`; bar_arrive signals without waiting.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // D[64x64] += A[64x16] (4 regs, bf16x2, the mma.sync m16n8k16 A layout per warp) * B[16x64]
 // (smem descriptor, K-major: tnspB = 0); scale-d from `accumulate` (0: D = A B). S = Q K^T with Q
 // held in registers, so only K is read from shared memory.

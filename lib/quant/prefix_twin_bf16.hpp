@@ -45,11 +45,11 @@ struct PrefixDecompressParams {
 };
 
 // Which GPU kernel runs the naive prefix attention for the (d_n + d_r, d_v) = (192, 128) head
-// shape: auto = wgmma (S of the next tile issued before P.V, its softmax under P.V);
-// kWgmmaSerial = the same kernel with S, softmax, P.V in series (experiment of issue 13, timed
-// beside it). The tiny shape (96, 64) has only the mma.sync kernel. All have the tiles, splits
-// and rounding points of prefix_attn_twin_bf16 (the twin ignores this field).
-enum class PrefixKernel : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaSerial = 3 };
+// shape: auto = wgmma (S of the next tile issued before P.V, its softmax under P.V, the two
+// warpgroups' MMAs in turns); kWgmmaNoPingpong = the same without the turns (experiment of
+// issue 13, timed beside it). The tiny shape (96, 64) has only the mma.sync kernel. All have the
+// tiles, splits and rounding points of prefix_attn_twin_bf16 (the twin ignores this field).
+enum class PrefixKernel : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaNoPingpong = 3 };
 
 struct PrefixAttnParams {
   const uint16_t* q = nullptr;  // [rows, heads, d_n + d_r] naive queries ([q_nope | roped q_pe])

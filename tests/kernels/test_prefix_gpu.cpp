@@ -220,11 +220,11 @@ TEST_P(PrefixGpuKernels, KimiDimsEmptyRunsAndOneTokenPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, PrefixGpuKernels,
                          ::testing::Values(quant::PrefixKernel::kMmaSync, quant::PrefixKernel::kWgmma,
-                                           quant::PrefixKernel::kWgmmaSerial),
+                                           quant::PrefixKernel::kWgmmaNoPingpong),
                          [](const ::testing::TestParamInfo<quant::PrefixKernel>& i) {
                            switch (i.param) {
                              case quant::PrefixKernel::kWgmma: return std::string("wgmma");
-                             case quant::PrefixKernel::kWgmmaSerial: return std::string("wgmma_serial");
+                             case quant::PrefixKernel::kWgmmaNoPingpong: return std::string("wgmma_no_pingpong");
                              default: return std::string("mma_sync");
                            }
                          });

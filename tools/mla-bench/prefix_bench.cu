@@ -187,8 +187,8 @@ struct Timing {
   double mixed_us = 0, absorb_us = 0, absorb_core_us = 0, prefix_us = 0, suffix_us = 0, merge_us = 0, expand_us = 0;
   // The same with the mma.sync prefix kernel (the default is the wgmma kernel).
   double mixed_mma_us = 0, prefix_mma_us = 0;
-  // And with the wgmma kernel's serial loop (S, softmax, P.V in series: the first version).
-  double mixed_serial_us = 0, prefix_serial_us = 0;
+  // And with the wgmma kernel without the warpgroups' turns (v2).
+  double mixed_nopp_us = 0, prefix_nopp_us = 0;
   // Outputs of the two mixed variants on the same inputs: rel. L2 of wgmma vs mma.sync, and the
   // count of non-finite outputs of either (the bench's own check at full size).
   double kernels_rel_l2 = -1;
@@ -315,11 +315,11 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
       ap.kernel = quant::PrefixKernel::kMmaSync;
       t.prefix_mma_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
       t.mixed_mma_us = timer.median_us([&] { kernels::mixed_decode_bf16(pm, nullptr); }, o.runs, 1);
-      ap.kernel = quant::PrefixKernel::kWgmmaSerial;
-      t.prefix_serial_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
+      ap.kernel = quant::PrefixKernel::kWgmmaNoPingpong;
+      t.prefix_nopp_us = timer.median_us([&] { kernels::prefix_attn_bf16(ap, nullptr); }, o.runs, 1);
       quant::MixedDecodeParams ps = p;
-      ps.prefix_kernel = quant::PrefixKernel::kWgmmaSerial;
-      t.mixed_serial_us = timer.median_us([&] { kernels::mixed_decode_bf16(ps, nullptr); }, o.runs, 1);
+      ps.prefix_kernel = quant::PrefixKernel::kWgmmaNoPingpong;
+      t.mixed_nopp_us = timer.median_us([&] { kernels::mixed_decode_bf16(ps, nullptr); }, o.runs, 1);
     }
     quant::PrefixMergeParams mp;
     mp.o_lat = o_lat.as<uint16_t>();
@@ -415,7 +415,7 @@ std::string run_prefix_bench(const PrefixOptions& o) {
                   "  %6s %10s %10s %7s | %9s %9s %9s %8s %7s | %8s %7s | %9s %9s %7s | %10s | %s\n",
                   H, kDc, kDr, kDn, kDv, L, o.suffix, o.s_q, o.page, pre.decompress_us, mem.decompressed_bytes / 1e6,
                   "B", "absorb us", "mixed us", "speedup", "prefix us", "suffix us", "merge us", "splits", "pre TF/s",
-                  "model x", "abs TF/s", "mixed mma", "pre mma", "TF/s", "pre serial", "wgmma vs mma rel L2, non-finite");
+                  "model x", "abs TF/s", "mixed mma", "pre mma", "TF/s", "pre no-pp", "wgmma vs mma rel L2, non-finite");
       std::vector<Timing> all;
       auto report = [&](const Timing& t, bool parts) {
         const model::PrefixCost cost = model::prefix_cost(shape, t.batch, L, o.suffix);
@@ -437,8 +437,8 @@ std::string run_prefix_bench(const PrefixOptions& o) {
           r["prefix_tflops"] = pre_tflops;
           r["prefix_mma_us"] = t.prefix_mma_us;
           r["wgmma_vs_mma_rel_l2"] = t.kernels_rel_l2;
-          r["prefix_serial_us"] = t.prefix_serial_us;
-          r["mixed_serial_us"] = t.mixed_serial_us;
+          r["prefix_no_pingpong_us"] = t.prefix_nopp_us;
+          r["mixed_no_pingpong_us"] = t.mixed_nopp_us;
           r["nonfinite_outputs"] = t.nonfinite;
           r["mixed_mma_us"] = t.mixed_mma_us;
           r["prefix_mma_tflops"] = t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0;
@@ -451,7 +451,7 @@ std::string run_prefix_bench(const PrefixOptions& o) {
                       t.batch, t.absorb_us, t.mixed_us, t.absorb_us / t.mixed_us, t.prefix_us, t.suffix_us, t.merge_us,
                       t.splits, pre_tflops, model_x, abs_tflops, t.mixed_mma_us, t.prefix_mma_us,
                       t.prefix_mma_us > 0 ? 2.0 * cost.naive_shared.macs / t.prefix_mma_us / 1e6 : 0.0,
-                      t.prefix_serial_us, t.kernels_rel_l2, t.nonfinite);
+                      t.prefix_nopp_us, t.kernels_rel_l2, t.nonfinite);
         else
           std::printf("  %6d %10.1f %10.1f %6.2fx | (crossover sweep)\n", t.batch, t.absorb_us, t.mixed_us,
                       t.absorb_us / t.mixed_us);
