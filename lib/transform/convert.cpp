@@ -365,7 +365,8 @@ void split_simple_units(const io::Checkpoint& ckpt, const ConvertOptions& o, Pla
       Unit su = u;
       su.slice = key;
       su.ranks = ranks;
-      su.rows_disjoint = u.rule->kind == SplitKind::Column || by_slice.size() == 1;
+      su.rows_disjoint = u.rule->kind == SplitKind::Column || u.rule->kind == SplitKind::VocabColumn ||
+                         by_slice.size() == 1;
       su.slices_left = left;
       if (!first) su.input_bytes = 0;  // counted once, for the progress log
       first = false;
@@ -386,6 +387,10 @@ Plan make_plan(const io::Checkpoint& ckpt, const ConvertOptions& o, LiveProfile&
     throw InputError("--reparam " + std::string(reparam_name(o.reparam)) +
                      " needs a calibration file (--calib calib.h5 from mla-calibrate)");
 
+  if (cfg.vocab_size % o.tp != 0)
+    spdlog::warn("vocab_size {} is not divisible by tp {}: embed_tokens and lm_head are replicated on every rank "
+                 "instead of vocab-parallel (the rank configs keep vocab_size {} and say tpla.vocab_parallel = false)",
+                 cfg.vocab_size, o.tp, cfg.vocab_size);
   plan_table_units(ckpt, p);
   plan_attention_layers(ckpt, o, p);
   plan_calibration(ckpt, o, g, prof, p);
@@ -591,7 +596,11 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
   localise("kv_lora_rank", L.g);
   localise("intermediate_size", L.tp);
   localise("moe_intermediate_size", L.tp);
-  localise("vocab_size", L.tp);
+  // A vocabulary tp does not divide is replicated (shard_table.hpp, VocabColumn): the rank
+  // keeps the whole vocab_size, and says so.
+  const bool vocab_split = !c.contains("vocab_size") || !c["vocab_size"].is_number_integer() ||
+                           c["vocab_size"].get<int64_t>() % L.tp == 0;
+  if (vocab_split) localise("vocab_size", L.tp);
   if (o.out_dtype == OutDtype::FP8)
     c["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
                                 {"weight_block_size", {128, 128}}};
@@ -612,6 +621,7 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
   t["norm"] = norm_mode_name(o.norm);
   t["out_dtype"] = out_dtype_name(o.out_dtype);
   t["absorbed"] = o.absorb;
+  t["vocab_parallel"] = vocab_split;
   t["global"] = global;
   nlohmann::json layers = nlohmann::json::array();
   const int k = L.group_of(r);

@@ -8,6 +8,7 @@ std::string_view split_kind_name(SplitKind k) {
   switch (k) {
     case SplitKind::Replicated: return "replicated";
     case SplitKind::Column: return "column";
+    case SplitKind::VocabColumn: return "vocab-column";
     case SplitKind::Row: return "row";
     case SplitKind::TplaHeads: return "tpla-heads";
     case SplitKind::TplaLatent: return "tpla-latent";
@@ -70,6 +71,9 @@ Slice2D simple_slice(const std::string& name, const Shape& shape, const ShardRul
   switch (rule.kind) {
     case SplitKind::Replicated: break;
     case SplitKind::Column: split(0, layout.tp, rank, 1); break;
+    case SplitKind::VocabColumn:
+      if (shape[0] % layout.tp == 0) split(0, layout.tp, rank, 1);  // else every rank holds all of it
+      break;
     case SplitKind::Row: split(1, layout.tp, rank, 1); break;
     case SplitKind::TplaHeads:
       if (shape[rule.dim] != layout.num_heads * per_head)

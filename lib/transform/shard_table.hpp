@@ -15,7 +15,9 @@ namespace mla::transform {
 
 enum class SplitKind {
   Replicated,     // every rank holds the whole tensor
-  Column,         // Megatron column-parallel: dim 0 (output features / vocab) split tp ways
+  Column,         // Megatron column-parallel: dim 0 (output features) split tp ways
+  VocabColumn,    // vocab-parallel (dim 0 split tp ways), or replicated when tp does not divide
+                  // the vocabulary: the tokenizer fixes it, and replication computes the same logits
   Row,            // Megatron row-parallel: dim 1 (input features) split tp ways
   TplaHeads,      // head blocks along `dim` split tp/g ways inside a group, same in every group
   TplaLatent,     // kv_a_proj_with_mqa: latent rows of group k + the d_r RoPE rows (replicated)
@@ -52,9 +54,9 @@ inline constexpr std::array kShardTable = std::to_array<ShardRule>({
   {"*.self_attn.kv_a_layernorm.weight", SplitKind::TplaLatentNorm, 0, Divisibility::LatentByG, "gamma absorbed; sqrt(g f_k) or 1"},
   {"*.self_attn.kv_b_proj.weight", SplitKind::TplaKvB, 0, Divisibility::HeadsByTpOverG, "heads' rows x latent columns of group k; gamma, U, mu folded"},
   {"*.self_attn.o_proj.weight", SplitKind::TplaHeads, 1, Divisibility::HeadsByTpOverG, "row-parallel over the rank's heads' columns; all-reduce sums ranks"},
-  {"*embed_tokens.weight", SplitKind::Column, 0, Divisibility::DimByTp, "vocab-parallel embedding"},
-  {"lm_head.weight", SplitKind::Column, 0, Divisibility::DimByTp, "vocab-parallel output head"},
-  {"*.shared_head.head.weight", SplitKind::Column, 0, Divisibility::DimByTp, "MTP output head, vocab-parallel"},
+  {"*embed_tokens.weight", SplitKind::VocabColumn, 0, Divisibility::None, "vocab-parallel embedding (replicated if tp does not divide the vocabulary)"},
+  {"lm_head.weight", SplitKind::VocabColumn, 0, Divisibility::None, "vocab-parallel output head (replicated if tp does not divide the vocabulary)"},
+  {"*.shared_head.head.weight", SplitKind::VocabColumn, 0, Divisibility::None, "MTP output head, vocab-parallel (or replicated, as lm_head)"},
   {"*.mlp.gate.weight", SplitKind::Replicated, -1, Divisibility::None, "MoE router"},
   {"*.mlp.gate.e_score_correction_bias", SplitKind::Replicated, -1, Divisibility::None, "MoE router bias"},
   {"*.gate_proj.weight", SplitKind::Column, 0, Divisibility::DimByTp, "dense, shared and routed experts: column-parallel"},
