@@ -6,7 +6,7 @@
 // to shared memory; then both warpgroups issue O += P V for their half of the d_c output
 // columns (wgmma m64n(d_c/2)k16, A = P and B = V from shared memory) and do not wait for it:
 // warpgroup 0's S of the next tile queues behind the two P.V on the tensor cores. No fp32 S
-// exchange, two named barriers per 64 tokens. K tiles: 2-stage ring of one TMA box (64 columns
+// exchange, two named barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns
 // x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
 // Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
 #include "kernels/decode_device.cuh"
@@ -22,13 +22,13 @@ namespace {
 using quant::kPartInfoInts;
 constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
 
-// Ring stages: as many 64-token tiles as shared memory holds next to Q and P at the largest
-// d_r the path takes for that d_c (d_c + d_r <= 576): 2 at d_c = 512, 3 at 256, 5 at 128.
-// The loads are latency-bound (a stage is held from its tile's arrival until both
-// warpgroups' P V of it are done; docs/gpu-notes.md, issue 10), so a stage more counts:
-// 3 instead of 2 at d_c = 256 took the TPLA tp=4 rank (H=64) from ~0.8 ms to ~0.73 ms.
+// Ring stages: 2 at d_c = 512 (all that fits next to Q and P), 3 at d_c = 256 (fits with
+// d_r <= 128). The third stage was meant to hide load latency (a stage is held from its
+// tile's arrival until both warpgroups' P V of it are done); on an H200 the TPLA tp=4 rank
+// (H=64 d_c=256, 32K) measured 729-757 us with 3 against 741-801 with 2: within run-to-run
+// noise. d_c = 128 keeps 2 (no GPU test runs v6 at d_c = 128 with 17..64 rows).
 template <int DC>
-constexpr int kV6Stages = DC == 512 ? 2 : DC == 256 ? 3 : 5;
+constexpr int kV6Stages = DC == 256 ? 3 : 2;
 
 template <int DC>
 struct V6Cfg {
