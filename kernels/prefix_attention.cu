@@ -1,6 +1,7 @@
 // Naive attention of all B * s_q query rows to the decompressed shared prefix (one head per CTA
-// column): a FlashAttention-2 style forward pass, non-causal, over K [L_s, H, d_n + d_r] and
-// V [L_s, H, d_v]. Numerics: quant/prefix_twin_bf16.hpp.
+// column): a FlashAttention-2 style forward pass on mma.sync, non-causal, over K [L_s, H, d_n + d_r]
+// and V [L_s, H, d_v], for the tiny models' head shape (96, 64); the (192, 128) shape runs the
+// wgmma kernel (prefix_attention_wgmma.cu). Numerics: quant/prefix_twin_bf16.hpp.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -13,7 +14,7 @@
 namespace mla::kernels {
 namespace prefix {
 // The wgmma kernel for (d_n + d_r, d_v) = (192, 128): kernels/prefix_attention_wgmma.cu.
-void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pingpong, cudaStream_t stream);
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStream_t stream);
 }  // namespace prefix
 namespace {
 
@@ -233,20 +234,10 @@ void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
 
 void prefix_attn_bf16(const PrefixAttnParams& p, cudaStream_t stream) {
   quant::validate_prefix_attn(p);
-  using quant::PrefixKernel;
-  if (p.kernel != PrefixKernel::kAuto && p.kernel != PrefixKernel::kMmaSync && p.kernel != PrefixKernel::kWgmma &&
-      p.kernel != PrefixKernel::kWgmmaNoPingpong)
-    throw InputError("prefix attention params: kernel = " + std::to_string(static_cast<int>(p.kernel)) +
-                     " (0 auto, 1 mma.sync, 2 wgmma, 3 wgmma without ping-pong)");
-  if (p.d_n == 128) {
-    if (p.kernel == PrefixKernel::kMmaSync) launch_attn<192, 128>(p, stream);
-    else prefix::launch_prefix_attn_wgmma(p, split_tokens(p), p.kernel != PrefixKernel::kWgmmaNoPingpong, stream);
-    return;
-  }
-  if (p.kernel == PrefixKernel::kWgmma || p.kernel == PrefixKernel::kWgmmaNoPingpong)
-    throw InputError("prefix attention params: kernel = wgmma needs (d_n, d_r, d_v) = (128, 64, 128) (got d_n = " +
-                     std::to_string(p.d_n) + ")");
-  launch_attn<96, 64>(p, stream);
+  // (192, 128): wgmma; the mma.sync kernel on that shape reached 27-30% of cuBLAS against the
+  // wgmma kernel's 62-68% and was removed (docs/gpu-notes.md, issue 13).
+  if (p.d_n == 128) prefix::launch_prefix_attn_wgmma(p, split_tokens(p), stream);
+  else launch_attn<96, 64>(p, stream);
 }
 
 }  // namespace mla::kernels

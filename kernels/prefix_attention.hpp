@@ -9,9 +9,9 @@
 //               (mma.sync), rounded to bf16 into K (with k_pe copied) and V.
 //   attention:  one CTA per (128 query rows, prefix split, head); rows = B * s_q is the GEMM's
 //               M dimension, 64-token K/V tiles, online softmax in base 2. Head shape (192, 128):
-//               wgmma, TMA ring, 2 consumer warpgroups of 64 rows (prefix_attention_wgmma.cu);
-//               (96, 64) and PrefixKernel::kMmaSync: 8 warps of 16 rows on mma.sync, K/V tiles
-//               double-buffered with cp.async (prefix_attention.cu).
+//               wgmma, TMA ring, 2 consumer warpgroups of 64 rows in ping-pong
+//               (prefix_attention_wgmma.cu); the tiny shape (96, 64): 8 warps of 16 rows on
+//               mma.sync, K/V tiles double-buffered with cp.async (prefix_attention.cu).
 //   merge:      one CTA per (64 rows, head): o_lat [64, d_c] x W_UV[h]^T, merged in the epilogue
 //               with the prefix splits by natural-log LSE; bf16 output.
 // All launches are asynchronous on `stream`, allocate nothing and do not synchronise the host.

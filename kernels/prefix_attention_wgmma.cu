@@ -67,7 +67,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
 
 // The maps are __grid_constant__ parameters and no launch here uses programmatic dependent launch
 // (docs/gpu-notes.md, v4: a parameter map failed only together with PDL).
-template <bool kPingpong>
 __global__ void __launch_bounds__(kThreads, 1)
     prefix_attn_wgmma_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                              const PrefixAttnParams p, int per_split) {
@@ -245,12 +244,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // S of tile t + 1 is issued before P.V of tile t, and the softmax of tile t + 1 runs while
     // that P.V is on the tensor cores; the arithmetic (and its order per element) is that of a
     // serial loop: O = O alpha_t + P_t V_t with alpha_t applied after P.V of tile t - 1.
-    // Ping-pong (kPingpong, both warpgroups active): the warpgroups take turns to issue their
+    // Ping-pong (when both warpgroups have rows): the warpgroups take turns to issue their
     // MMAs (named barriers 1 and 2: warpgroup w waits on 1 + w, then lets the other go), so one
     // warpgroup's softmax runs while the other's MMAs occupy the tensor cores. Each warpgroup
     // has n_tiles + 1 issue points; warpgroup 1 opens the first turn for warpgroup 0 and skips
     // its last hand-over, so every barrier use completes with exactly 256 threads.
-    const bool pingpong = kPingpong && blockIdx.x * quant::kPrefixRowsPerBlock + 64 < p.rows;
+    const bool pingpong = blockIdx.x * quant::kPrefixRowsPerBlock + 64 < p.rows;
     auto my_turn = [&] {
       if (pingpong) bar_sync(1 + wg, 256);
     };
@@ -342,24 +341,21 @@ CUtensorMap make_map(const uint16_t* x, int cols, int heads, int tokens, const c
 
 }  // namespace
 
-void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, bool pingpong, cudaStream_t stream) {
+void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStream_t stream) {
   if (p.d_n + p.d_r != kDqk || p.d_v != kDv)
     throw InputError("prefix attention (wgmma): (d_n + d_r, d_v) = (" + std::to_string(p.d_n + p.d_r) + ", " +
                      std::to_string(p.d_v) + ") (supported: (192, 128))");
   static bool smem_set = false;
   if (!smem_set) {
-    for (auto k : {prefix_attn_wgmma_kernel<true>, prefix_attn_wgmma_kernel<false>}) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
-      if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): smem limit: ") + cudaGetErrorString(e));
-    }
+    const cudaError_t e = cudaFuncSetAttribute(prefix_attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kSmemBytes));
+    if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): smem limit: ") + cudaGetErrorString(e));
     smem_set = true;
   }
   const CUtensorMap km = make_map(p.k, kDqk, p.heads, p.prefix_len, "K");
   const CUtensorMap vm = make_map(p.v, kDv, p.heads, p.prefix_len, "V");
   const dim3 grid((p.rows + quant::kPrefixRowsPerBlock - 1) / quant::kPrefixRowsPerBlock, p.splits, p.heads);
-  if (pingpong) prefix_attn_wgmma_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
-  else prefix_attn_wgmma_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
+  prefix_attn_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): launch: ") + cudaGetErrorString(e));
 }

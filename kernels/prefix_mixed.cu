@@ -72,7 +72,6 @@ void mixed_decode_bf16(const MixedDecodeParams& p, cudaStream_t stream) {
   ap.prefix_len = p.prefix_len;
   ap.splits = splits;
   ap.scale = s.scale;
-  ap.kernel = p.prefix_kernel;
   prefix_attn_bf16(ap, stream);
   mla_decode_bf16(s, stream);
   mp.o_lat = s.out;

@@ -44,13 +44,6 @@ struct PrefixDecompressParams {
   int heads = 0, d_c = 0, d_r = 0, d_n = 0, d_v = 0;
 };
 
-// Which GPU kernel runs the naive prefix attention for the (d_n + d_r, d_v) = (192, 128) head
-// shape: auto = wgmma (S of the next tile issued before P.V, its softmax under P.V, the two
-// warpgroups' MMAs in turns); kWgmmaNoPingpong = the same without the turns (experiment of
-// issue 13, timed beside it). The tiny shape (96, 64) has only the mma.sync kernel. All have the
-// tiles, splits and rounding points of prefix_attn_twin_bf16 (the twin ignores this field).
-enum class PrefixKernel : int { kAuto = 0, kMmaSync = 1, kWgmma = 2, kWgmmaNoPingpong = 3 };
-
 struct PrefixAttnParams {
   const uint16_t* q = nullptr;  // [rows, heads, d_n + d_r] naive queries ([q_nope | roped q_pe])
   const uint16_t* k = nullptr;  // [prefix_len, heads, d_n + d_r]
@@ -59,7 +52,6 @@ struct PrefixAttnParams {
   float* part_lse = nullptr;    // [splits, rows, heads] natural log (-inf: no key in the run)
   int rows = 0, heads = 0, d_n = 0, d_r = 0, d_v = 0, prefix_len = 0, splits = 1;
   float scale = 0.f;
-  PrefixKernel kernel = PrefixKernel::kAuto;  // GPU only
 };
 
 struct PrefixMergeParams {
@@ -93,7 +85,6 @@ struct MixedDecodeParams {
   float* lse = nullptr;                // [B, s_q, H] natural log
   double b_theta = 0.0;                // naive prefix when batch >= b_theta, else absorb only
   int prefix_splits = 0;               // 0: prefix_default_splits
-  PrefixKernel prefix_kernel = PrefixKernel::kAuto;  // GPU only (PrefixAttnParams::kernel)
   // GPU: prefix partials, prefix_workspace_bytes(); twin: ignored.
   void* prefix_workspace = nullptr;
   size_t prefix_workspace_bytes = 0;

@@ -120,9 +120,8 @@ BfDiff bf16_diff(const std::vector<uint16_t>& gpu, const std::vector<uint16_t>& 
 }
 
 // Decompress on both sides, then the mixed step (or the fallback) on the GPU vs the twin and
-// vs float64; `kernel` picks the prefix attention kernel (both share the twin's numerics).
-void run_gpu_case(PrefixCase c, double b_theta, int splits,
-                  quant::PrefixKernel kernel = quant::PrefixKernel::kAuto) {
+// vs float64.
+void run_gpu_case(PrefixCase c, double b_theta, int splits) {
   DeviceCase d(c);
   kernels::prefix_decompress_bf16(d.decompress(), nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -145,7 +144,6 @@ void run_gpu_case(PrefixCase c, double b_theta, int splits,
   quant::MixedDecodeParams probe = c.mixed_params(b_theta, splits);
   Dev<char> ws_prefix(std::max<size_t>(1, kernels::mixed_prefix_workspace_bytes(probe)));
   quant::MixedDecodeParams gp = d.mixed(b_theta, splits, ws_suffix, ws_full, ws_prefix);
-  gp.prefix_kernel = kernel;
   // Poison the outputs and the prefix partials: an unwritten element shows as NaN.
   ASSERT_EQ(cudaMemset(d.out.p, 0xFF, d.out.n * sizeof(uint16_t)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d.lse.p, 0xFF, d.lse.n * sizeof(float)), cudaSuccess);
@@ -189,45 +187,33 @@ std::vector<int32_t> random_lengths(int n, int lo, int hi, uint64_t seed) {
   return v;
 }
 
-// The (192, 128) head shape runs on either prefix kernel: each case on both.
-class PrefixGpuKernels : public ::testing::TestWithParam<quant::PrefixKernel> {};
-
-TEST_P(PrefixGpuKernels, KimiDimsTwoRowBlocksPrefixMidPage) {
+// The (192, 128) head shape runs the wgmma kernel: row blocks with one or two active warpgroups
+// (ping-pong only with two), runs of 0, 1, 2 and 9 tiles, MTP.
+TEST(PrefixGpu, KimiDimsTwoRowBlocksPrefixMidPage) {
   REQUIRE_GPU();
   // 150 rows: a full and a partial 128-row block (its second warpgroup has no row);
   // 300 = 4 pages of 64 + 44; own 0..20 tokens.
-  run_gpu_case(make_prefix_case(300, random_lengths(150, 0, 20, 1), 1, 4, true, 64, 21), 0.0, 3, GetParam());
+  run_gpu_case(make_prefix_case(300, random_lengths(150, 0, 20, 1), 1, 4, true, 64, 21), 0.0, 3);
 }
 
-TEST_P(PrefixGpuKernels, KimiDimsDefaultSplits) {
+TEST(PrefixGpu, KimiDimsDefaultSplits) {
   REQUIRE_GPU();
-  run_gpu_case(make_prefix_case(1000, random_lengths(20, 1, 40, 2), 1, 8, true, 128, 22), 0.0, 0, GetParam());
+  run_gpu_case(make_prefix_case(1000, random_lengths(20, 1, 40, 2), 1, 8, true, 128, 22), 0.0, 0);
 }
 
-TEST_P(PrefixGpuKernels, KimiDimsMtpLongPrefixThreeRowBlocks) {
+TEST(PrefixGpu, KimiDimsMtpLongPrefixThreeRowBlocks) {
   REQUIRE_GPU();
   // s_q = 2: 2 x 140 = 280 rows (3 blocks); 2100 tokens = 33 tiles, the last of 52 tokens, over
   // 4 splits (9 tiles each; the last run 6 tiles); heads 3.
-  run_gpu_case(make_prefix_case(2100, random_lengths(140, 2, 30, 5), 2, 3, true, 64, 27), 0.0, 4, GetParam());
+  run_gpu_case(make_prefix_case(2100, random_lengths(140, 2, 30, 5), 2, 3, true, 64, 27), 0.0, 4);
 }
 
-TEST_P(PrefixGpuKernels, KimiDimsEmptyRunsAndOneTokenPrefix) {
+TEST(PrefixGpu, KimiDimsEmptyRunsAndOneTokenPrefix) {
   REQUIRE_GPU();
   // 130 tokens = 3 tiles over 7 splits: runs 3..6 hold no key (LSE -inf, weight 0 in the merge).
-  run_gpu_case(make_prefix_case(130, random_lengths(33, 0, 9, 6), 1, 2, true, 64, 28), 0.0, 7, GetParam());
-  run_gpu_case(make_prefix_case(1, {0, 5, 1}, 1, 4, true, 64, 29), 0.0, 0, GetParam());
+  run_gpu_case(make_prefix_case(130, random_lengths(33, 0, 9, 6), 1, 2, true, 64, 28), 0.0, 7);
+  run_gpu_case(make_prefix_case(1, {0, 5, 1}, 1, 4, true, 64, 29), 0.0, 0);
 }
-
-INSTANTIATE_TEST_SUITE_P(Kernels, PrefixGpuKernels,
-                         ::testing::Values(quant::PrefixKernel::kMmaSync, quant::PrefixKernel::kWgmma,
-                                           quant::PrefixKernel::kWgmmaNoPingpong),
-                         [](const ::testing::TestParamInfo<quant::PrefixKernel>& i) {
-                           switch (i.param) {
-                             case quant::PrefixKernel::kWgmma: return std::string("wgmma");
-                             case quant::PrefixKernel::kWgmmaNoPingpong: return std::string("wgmma_no_pingpong");
-                             default: return std::string("mma_sync");
-                           }
-                         });
 
 TEST(PrefixGpu, TinyDimsMtp) {
   REQUIRE_GPU();
@@ -254,12 +240,6 @@ TEST(PrefixGpu, BadParamsThrowBeforeLaunch) {
   Dev<char> a(1), b(1), w(1);
   auto m = d.mixed(0.0, 1, a, b, w);
   m.prefix_workspace_bytes = 0;
-  EXPECT_THROW(kernels::mixed_decode_bf16(m, nullptr), InputError);
-  // The wgmma prefix kernel exists for the (192, 128) head shape only; this case is tiny.
-  Dev<char> ws(kernels::mixed_prefix_workspace_bytes(m) + 16);
-  m.prefix_workspace = ws.p;
-  m.prefix_workspace_bytes = ws.n;
-  m.prefix_kernel = quant::PrefixKernel::kWgmma;
   EXPECT_THROW(kernels::mixed_decode_bf16(m, nullptr), InputError);
 }
 

@@ -47,7 +47,6 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-batches", po.batches, "--prefix: batches timed in full (default 64 128 256 512 1024)");
   app.add_option("--crossover-batches", po.crossover_batches, "--prefix: extra batches timed to locate the crossover");
   app.add_option("--suffix", po.suffix, "--prefix: own tokens per request (default 512)");
-  app.add_flag("--prefix-mma-only", po.mma_only, "--prefix: the mma.sync prefix kernel only (default: wgmma, mma.sync beside it)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (prefix) {

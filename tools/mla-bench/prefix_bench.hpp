@@ -19,8 +19,6 @@ struct PrefixOptions {
   int s_q = 1;
   int page = 64;
   int runs = 10, warmup = 2;
-  // The mma.sync prefix kernel only (the default times the wgmma kernel and, beside it, mma.sync).
-  bool mma_only = false;
 };
 
 // Runs everything; prints a table per shape to stdout and returns all figures as JSON.
