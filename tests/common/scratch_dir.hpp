@@ -45,6 +45,7 @@ class ScratchDir {
 // model made once), created on first use (named after that call's `tag`) and removed at exit.
 inline const std::filesystem::path& process_scratch_dir(std::string_view tag) {
   static const ScratchDir dir{tag, /*per_test=*/false};
+  std::filesystem::create_directories(dir.path());  // again, in case a test removed it
   return dir.path();
 }
 
