@@ -20,7 +20,6 @@ using quant::kPartInfoInts;
 constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
 
 constexpr int kV7Stages = 3;
-constexpr int kTurn = 5;  // named barriers 5, 6: the ping-pong turns (1, 2: Q; 3, 4: tail zeroing)
 
 template <int DC>
 struct V7Cfg {
@@ -76,14 +75,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     const int tok = min(my_row[h] / p.heads, p.s_q - 1);
     lim_off[h] = p.s_q - 1 - tok;
   }
-  // Ping-pong (FlashAttention-3's inter-warpgroup schedule): the two warpgroups take turns to
-  // issue their wgmmas, S and P V alternately (0: S, 1: S, 0: P V, 1: P V, 0: S ...), so one
-  // warpgroup's softmax runs while the tensor cores do the other's GEMM instead of both
-  // softmaxes falling together (both wait on the same tile). Named barrier kTurn + w is
-  // warpgroup w's turn (it syncs, the other arrives). Warpgroup 1 gives the first turn here and
-  // skips its pass after the part's last GEMM, so every arrival meets one sync, and neither
-  // side can arrive twice on a barrier before the other has synced on it.
-  if (wg == 1 && (begin_b < end_b || (begin_b == end_b && begin_t < end_t))) named_bar_arrive(kTurn, 256);
   int split = in[4];
   int it = 0;
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -115,23 +106,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     };
     float sv[32];        // S, then P (fp32) of the current tile
     uint32_t pa[4][4];   // P as wgmma A fragments, one per 16-token k-step
-    const bool last_segment = !(b + 1 < end_b || (b + 1 == end_b && end_t > 0));
-    auto turn_wait = [&]() { named_bar_sync(kTurn + wg, 256); };
-    auto turn_pass = [&](bool last_gemm) {
-      if (wg == 0 || !last_gemm) named_bar_arrive(kTurn + 1 - wg, 256);
-    };
     for (int ti = t; ti < stop; ++ti, ++it) {
       const uint32_t tile = sK + (it % S) * stage_bytes;
       const int j0 = ti * kTileTokens;
-      {
-        const uint32_t tile_s = wait_tile(it, ti);
-        turn_wait();
-        issue_s64(sv, myQ, tile_s, nk);
-        turn_pass(false);
-        gmma::wait<0>();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-      }
+      compute_s64(sv, myQ, wait_tile(it, ti), nk);
       float alpha[2];
       softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
 #pragma unroll
@@ -152,7 +130,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-      turn_wait();
       gmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -161,7 +138,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_rs_n128(acc, pa[ks], dv);
       }
       gmma::commit();
-      turn_pass(last_segment && ti == stop - 1);
       gmma::wait<0>();
       release(it);
 #pragma unroll
