@@ -231,8 +231,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
       pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
     }
+    // Once the running max of both rows stops moving (most tiles after the first few), alpha is
+    // exactly 1 and the 64 multiplies would change nothing: skipped.
+    if (alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
-    for (int i = 0; i < kDv / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < kDv / 2; ++i) acc[i] *= alpha[(i >> 1) & 1];
+    }
   };
 
   if (!active) {
