@@ -122,7 +122,7 @@ std::vector<MatrixR> rank_cache_rows(const LayerContext& L, int r, const std::ve
 
 // The converted TPLA decode of one layer for a batch of sequences h[b] [P + T, D].
 ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>& h, int64_t P, int64_t T,
-                               DecodeBackend& backend, int page_size, uint64_t seed, bool want_f64 = true) {
+                               DecodeBackend* backend, int page_size, uint64_t seed, bool want_f64 = true) {
   const int64_t B = static_cast<int64_t>(h.size());
   const int64_t D = L.cfg.hidden_size;
   const int64_t n_tok = P + T;
@@ -144,6 +144,7 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
     const std::vector<MatrixR> X = rank_cache_rows(L, r, rs[r], rms_global, P, n_tok);
 
     // ---- kernel path: paged bf16 cache, random page placement, sentinel past the end ----
+    for (bool run_kernel = backend != nullptr; run_kernel; run_kernel = false) {
     CacheShape shape;
     shape.batch = static_cast<int>(B);
     shape.page_size = page_size;
@@ -157,7 +158,7 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
     std::vector<int32_t> table(size_t(B) * shape.max_pages, kPageSentinel);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t p = 0; p < pages_per_seq; ++p) table[b * shape.max_pages + p] = perm[b * pages_per_seq + p];
-    const int cache = backend.create_cache(shape, table);
+    const int cache = backend->create_cache(shape, table);
 
     auto pack_rows = [&](int64_t t0, int64_t n) {
       std::vector<uint16_t> kv(size_t(B) * n * dim);
@@ -169,19 +170,19 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
         }
       return kv;
     };
-    if (P > 0) backend.append(cache, pack_rows(0, P), static_cast<int>(P), std::vector<int32_t>(B, 0));
+    if (P > 0) backend->append(cache, pack_rows(0, P), static_cast<int>(P), std::vector<int32_t>(B, 0));
 
     std::vector<uint16_t> q(size_t(B) * H_r * dim), o_bits;
     std::vector<float> lse;
     for (int64_t t = P; t < n_tok; ++t) {
-      backend.append(cache, pack_rows(t, 1), 1, std::vector<int32_t>(B, static_cast<int32_t>(t)));
+      backend->append(cache, pack_rows(t, 1), 1, std::vector<int32_t>(B, static_cast<int32_t>(t)));
       for (int64_t b = 0; b < B; ++b)
         for (int64_t hh = 0; hh < H_r; ++hh) {
           uint16_t* row = q.data() + (b * H_r + hh) * dim;
           for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(rs[r][b].q_lat(t, hh * d_c + j));
           for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].q_pe(t, hh * d_r + j));
         }
-      backend.decode(cache, q, static_cast<int>(H_r), static_cast<int>(d_c), static_cast<int>(d_r),
+      backend->decode(cache, q, static_cast<int>(H_r), static_cast<int>(d_c), static_cast<int>(d_r),
                      std::vector<int32_t>(B, static_cast<int32_t>(t + 1)), static_cast<float>(scale), o_bits, lse);
       for (int64_t b = 0; b < B; ++b) {
         MatrixR o_lat(1, H_r * d_c);
@@ -189,6 +190,7 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
         const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
         out.kernel[b].row(t - P) += o * w_r.o_proj.transpose();
       }
+    }
     }
 
     // ---- float64 path: the same computation without bf16 or kernels ----
@@ -362,7 +364,7 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
       for (int64_t b = 0; b < B; ++b) h[b] = model::rmsnorm(x[b], lw.input_layernorm, cfg.rms_norm_eps);
       ConvertedOutputs conv;
       if (kernel_path) {
-        conv = run_converted(L, h, p_run, n_tok - p_run, *backend, o.page_size, o.seed, /*want_f64=*/false);
+        conv = run_converted(L, h, p_run, n_tok - p_run, backend.get(), o.page_size, o.seed, /*want_f64=*/false);
         if (runner) {
           // The ranks on their devices stand for the kernel path; they must equal it.
           std::vector<MatrixR> multi =
@@ -441,8 +443,17 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   if (o.sequences < 1) throw InputError("--sequences must be >= 1");
   if (o.page_size != 64 && o.page_size != 128) throw InputError("--page-size must be 64 or 128, got " + std::to_string(o.page_size));
   if (!o.skip_manifest_check) io::check_manifest(o.converted, o.original);
+  // Without --no-kernel every decoded token also runs through the decode kernels (or their CPU
+  // twins); with it, only the float64 converted path runs (slice widths no kernel supports).
+  if (!o.kernel) {
+    const std::string clash = o.devices > 0 ? "--devices " + std::to_string(o.devices)
+                              : o.kv != "bf16" ? "--kv " + o.kv
+                              : o.perplexity_path == "kernel" ? "--perplexity-path kernel" : "";
+    if (!clash.empty())
+      throw InputError("--no-kernel runs the float64 path only: it cannot be combined with " + clash);
+  }
   std::unique_ptr<DecodeBackend> backend;
-  backend = make_kv_backend(o.device, o.kv);
+  if (o.kernel) backend = make_kv_backend(o.device, o.kv);
   if (o.kv != "bf16" && o.devices > 0) throw InputError("--kv " + o.kv + " with --devices: only the bf16 cache runs on several devices");
 
   const io::Checkpoint orig = io::Checkpoint::open(o.original);
@@ -466,7 +477,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   const int64_t n_tok = o.prefill + o.decode;
 
   VerifyReport rep;
-  rep.backend = backend->name();
+  rep.backend = backend ? backend->name() : "none (float64 converted path only)";
   // --devices: every rank also runs on its own device; its output must equal the one-device
   // sequential sum, and then stands for the kernel path in the report.
   std::unique_ptr<MultiDeviceRunner> runner;
@@ -497,7 +508,8 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     // Without PD separation the prompt goes through TPLA too: every position is decoded, and
     // the last T rows (the same positions) are compared.
     const int64_t p_run = o.pd_separation ? o.prefill : 0;
-    ConvertedOutputs conv = run_converted(L, h, p_run, n_tok - p_run, *backend, o.page_size, o.seed);
+    ConvertedOutputs conv = run_converted(L, h, p_run, n_tok - p_run, backend.get(), o.page_size, o.seed);
+    if (!backend) conv.kernel = conv.f64;  // the float64 path stands for the converted decode
     model::ErrorMetrics devices_vs_sequential;
     if (runner) {
       std::vector<MatrixR> multi =

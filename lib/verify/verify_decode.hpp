@@ -38,6 +38,7 @@ struct VerifyOptions {
   int64_t sequences = 4;           // batch of captured sequences
   std::vector<int64_t> layers;     // empty: every layer
   std::string device = "cpu";      // cpu | cuda
+  bool kernel = true;              // false: per-layer figures from the float64 converted path only (no kernel/twin)
   std::string kv = "bf16";         // KV-cache format: verify/fp8_backend.hpp (bf16, fp8, fp8-A..D, ...)
   int devices = 0;                 // > 0: also run every rank on its own device (multi_device_runner.hpp)
   std::string comm = "auto";       // with devices: nccl (cuda) | threads (in-process sums; cuda ranks may share GPUs)

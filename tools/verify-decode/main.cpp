@@ -32,6 +32,12 @@ int main(int argc, char** argv) {
   app.add_option("--sequences", o.sequences, "Batch: captured sequences decoded together")->capture_default_str();
   app.add_option("--layers", layers, "Comma-separated layer indices (default: all)");
   app.add_option("--device", o.device, "cuda (kernels) or cpu (CPU twins)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  bool no_kernel = false;
+  app.add_flag("--no-kernel", no_kernel,
+               "Per-layer figures from the float64 converted path only: no decode kernel or CPU twin runs (for TPLA "
+               "slices no kernel supports, e.g. d_c/g = 16 on the tiny models at tp 8; the kernel columns then "
+               "repeat the float64 path). Not with --devices, --kv other than bf16, --perplexity-path kernel or "
+               "--shared-prefix");
   app.add_option("--devices", o.devices,
                  "Also run every TPLA rank on its own device (rank r on GPU r through NCCL with --device cuda; on "
                  "thread r with the in-process stand-in with --device cpu); must equal the checkpoint's ranks. Its "
@@ -97,6 +103,8 @@ int main(int argc, char** argv) {
       }
     }
     if (!max_loss.empty()) o.max_loss_increase = mla::verify::LossThreshold::parse(max_loss);
+    o.kernel = !no_kernel;
+    if (no_kernel && shared_prefix > 0) throw mla::InputError("--no-kernel cannot be combined with --shared-prefix");
     if (shared_prefix > 0) {
       const auto sp = mla::verify::verify_shared_prefix(o, shared_prefix);
       std::cout << sp.table(o);
