@@ -109,17 +109,7 @@ Capture::Capture(const std::filesystem::path& path, const model::MlaConfig& cfg,
   const auto& root = file_.root();
   info_.path = path.string();
   const std::string where = "capture " + info_.path;
-  if (!root.has_attr("schema") || root.attr_string("schema") != io::kCaptureSchema) {
-    throw InputError(where + ": root attribute 'schema' must be \"mla-capture/1\", got " +
-                     (root.has_attr("schema") ? "\"" + root.attr_string("schema") + "\"" : "none"));
-  }
-  info_.model_type = root.has_attr("model_type") ? root.attr_string("model_type") : "";
-  info_.num_layers = root.attr_int("num_layers");
-  info_.hidden_size = root.attr_int("hidden_size");
-  info_.source = root.has_attr("source") ? root.attr_string("source") : "";
-  info_.corpus_sha256 = root.has_attr("corpus_sha256") ? root.attr_string("corpus_sha256") : "";
-  if (root.has_attr("checkpoint_fingerprint"))
-    info_.checkpoint_fingerprint = root.attr_string("checkpoint_fingerprint");
+  static_cast<io::CaptureMeta&>(info_) = io::read_capture_attributes(root, where);
   if (info_.num_layers != cfg.attention_layers() && info_.num_layers != cfg.num_hidden_layers) {
     throw InputError(where + ": attribute num_layers = " + std::to_string(info_.num_layers) +
                      " does not match the model's " + std::to_string(cfg.num_hidden_layers) +

@@ -18,7 +18,10 @@ std::string fmt(double v) {
 }
 std::string vec(const std::vector<double>& v) {
   std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + fmt(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ' ';
+    s += fmt(v[i]);  // appended piecewise: GCC 12 warns falsely (-Wrestrict) on "" + std::string
+  }
   return s;
 }
 }  // namespace

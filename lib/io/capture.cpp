@@ -33,20 +33,25 @@ std::string capture_layer_path(int64_t layer, const std::string& what) {
   return h5::layer_group_name(layer) + "/" + what;
 }
 
-CaptureReader::CaptureReader(const std::filesystem::path& path) : file_(h5::File::open_read(path)) {
-  const h5::Group& root = file_.root();
-  const std::string f = path.string();
-  const std::string schema = root.attr_string("schema");
+CaptureMeta read_capture_attributes(const h5::Group& root, const std::string& where) {
+  const std::string schema = root.has_attr("schema") ? root.attr_string("schema") : "<missing>";
   if (schema != kCaptureSchema)
-    bad(f, "attribute schema is '" + schema + "', expected '" + std::string(kCaptureSchema) + "'");
-  meta_.model_type = root.attr_string("model_type");
-  meta_.num_layers = root.attr_int("num_layers");
-  meta_.hidden_size = root.attr_int("hidden_size");
-  if (meta_.num_layers <= 0) bad(f, "attribute num_layers is " + std::to_string(meta_.num_layers) + ", expected > 0");
-  if (meta_.hidden_size <= 0) bad(f, "attribute hidden_size is " + std::to_string(meta_.hidden_size) + ", expected > 0");
-  meta_.source = root.attr_string("source");
-  meta_.corpus_sha256 = root.attr_string("corpus_sha256");
-  if (root.has_attr("checkpoint_fingerprint")) meta_.checkpoint_fingerprint = root.attr_string("checkpoint_fingerprint");
+    bad(where, "attribute schema is '" + schema + "', expected '" + std::string(kCaptureSchema) + "'");
+  auto optional = [&](const char* name) { return root.has_attr(name) ? root.attr_string(name) : std::string(); };
+  CaptureMeta meta;
+  meta.model_type = optional("model_type");
+  meta.num_layers = root.attr_int("num_layers");
+  meta.hidden_size = root.attr_int("hidden_size");
+  if (meta.num_layers <= 0) bad(where, "attribute num_layers is " + std::to_string(meta.num_layers) + ", expected > 0");
+  if (meta.hidden_size <= 0) bad(where, "attribute hidden_size is " + std::to_string(meta.hidden_size) + ", expected > 0");
+  meta.source = optional("source");
+  meta.corpus_sha256 = optional("corpus_sha256");
+  meta.checkpoint_fingerprint = optional("checkpoint_fingerprint");
+  return meta;
+}
+
+CaptureReader::CaptureReader(const std::filesystem::path& path) : file_(h5::File::open_read(path)) {
+  meta_ = read_capture_attributes(file_.root(), path.string());
   for (const char* g : {"calib", "eval", "reference"}) {
     if (has_group(g)) (void)group_info(g);  // validates every shape of the group
   }

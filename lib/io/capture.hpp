@@ -68,6 +68,10 @@ std::string capture_layer_path(int64_t layer, const std::string& what);
 // The schema's root attributes from `meta` (schema tag first; checkpoint_fingerprint only when
 // set): every C++ writer of captures calls this, so the root is spelled in one place.
 void write_capture_attributes(h5::Group& root, const CaptureMeta& meta);
+// The root attributes as both readers (CaptureReader here, calib::Capture) check them: the
+// schema tag, num_layers and hidden_size > 0; the string attributes may be absent (empty).
+// InputError "<where>: attribute ..." naming the attribute and its value.
+CaptureMeta read_capture_attributes(const h5::Group& root, const std::string& where);
 
 // One group to write: S sequences of T tokens each.
 struct CaptureGroupSpec {
