@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -782,6 +783,76 @@ nlohmann::json write_configs_and_manifest(const io::Checkpoint& ckpt, const Plan
   return manifest;
 }
 
+// Converts the units on `nthreads` workers, in order. The first error stops everyone and is
+// rethrown after the join, once `stop_side_work` has run (an out-of-memory error names the unit
+// and its size). Nothing in a worker's handlers allocates: when the address space is
+// exhausted, composing a message there would throw again and std::terminate the process,
+// leaving the temporary output behind; the message is composed after the join, once the
+// workers' buffers are freed.
+void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, Writers& w, int nthreads,
+               std::chrono::steady_clock::time_point t0, const std::function<void()>& stop_side_work) {
+  const ConvertResult& res = p.result;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::exception_ptr error;
+  size_t oom_unit = p.units.size();  // the unit whose conversion ran out of memory, if any
+  size_t done = 0;
+  uint64_t bytes_done = 0;
+  auto last_log = std::chrono::steady_clock::now();
+  auto record_failure = [&](size_t unit) {
+    std::lock_guard lock(mu);
+    if (!error) {
+      error = std::current_exception();
+      oom_unit = unit;
+    }
+    failed = true;
+  };
+  auto worker = [&] {
+    while (!failed) {
+      const size_t i = next++;
+      if (i >= p.units.size()) return;
+      const Unit& u = p.units[i];
+      try {
+        if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
+        std::lock_guard lock(mu);
+        ++done;
+        bytes_done += u.input_bytes;
+        const auto now = std::chrono::steady_clock::now();
+        const double secs = std::chrono::duration<double>(now - t0).count();
+        const bool loud = done == p.units.size() || now - last_log > std::chrono::seconds(2);
+        if (loud) last_log = now;
+        spdlog::log(loud ? spdlog::level::info : spdlog::level::debug, "[{}/{}] {}  {:.1f}/{:.1f} MB read, {:.0f} MB/s",
+                    done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
+      } catch (const std::bad_alloc&) {
+        record_failure(i);
+        return;
+      } catch (...) {
+        record_failure(p.units.size());
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  try {
+    for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
+  } catch (...) {  // no memory for another thread: stop and join the started ones, then report
+    failed = true;  // (a joinable std::thread destroyed by unwinding would std::terminate)
+    for (auto& t : pool) t.join();
+    stop_side_work();
+    throw;
+  }
+  for (auto& t : pool) t.join();
+  if (error) {
+    stop_side_work();
+    if (oom_unit < p.units.size()) {  // say what and how much, not just "std::bad_alloc"
+      const Unit& u = p.units[oom_unit];
+      throw Error(io::out_of_memory_message("converting " + u.name + " of " + o.input.string(), 4 * u.input_bytes));
+    }
+    std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
+  }
+}
+
 ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const auto t0 = std::chrono::steady_clock::now();
   const ConvertOptions o = resolve_hadamard_seed(requested);
@@ -826,74 +897,13 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   }
   sort_units_in_output_order(p, w);
 
-  // Workers take units in order; the first error stops everyone and is rethrown. Nothing in a
-  // worker's handlers allocates: when the address space is exhausted, composing a message there
-  // would throw again and std::terminate the process, leaving the temporary output behind. The
-  // out-of-memory message is composed after the join, once the workers' buffers are freed.
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  std::exception_ptr error;
-  size_t oom_unit = p.units.size();  // the unit whose conversion ran out of memory, if any
-  size_t done = 0;
-  uint64_t bytes_done = 0;
-  auto last_log = std::chrono::steady_clock::now();
-  auto record_failure = [&](size_t unit) {
-    std::lock_guard lock(mu);
-    if (!error) {
-      error = std::current_exception();
-      oom_unit = unit;
-    }
-    failed = true;
-  };
-  auto worker = [&] {
-    while (!failed) {
-      const size_t i = next++;
-      if (i >= p.units.size()) return;
-      const Unit& u = p.units[i];
-      try {
-        if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
-        std::lock_guard lock(mu);
-        ++done;
-        bytes_done += u.input_bytes;
-        const auto now = std::chrono::steady_clock::now();
-        const double secs = std::chrono::duration<double>(now - t0).count();
-        const bool loud = done == p.units.size() || now - last_log > std::chrono::seconds(2);
-        if (loud) last_log = now;
-        spdlog::log(loud ? spdlog::level::info : spdlog::level::debug, "[{}/{}] {}  {:.1f}/{:.1f} MB read, {:.0f} MB/s",
-                    done, p.units.size(), u.name, bytes_done / 1e6, res.input_bytes / 1e6, bytes_done / 1e6 / secs);
-      } catch (const std::bad_alloc&) {
-        record_failure(i);
-        return;
-      } catch (...) {
-        record_failure(p.units.size());
-        return;
-      }
-    }
-  };
   const int nthreads = std::max(1, o.threads);
   std::atomic<bool> stop_hashing{false};
   std::future<nlohmann::json> input_hashes = hash_inputs_async(ckpt, o, nthreads, prof, stop_hashing);
-  std::vector<std::thread> pool;
-  try {
-    for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
-  } catch (...) {  // no memory for another thread: stop and join the started ones, then report
-    failed = true;  // (a joinable std::thread destroyed by unwinding would std::terminate)
-    for (auto& t : pool) t.join();
-    stop_hashing = true;
-    input_hashes.wait();
-    throw;
-  }
-  for (auto& t : pool) t.join();
-  if (error) {
+  run_units(ckpt, p, o, w, nthreads, t0, [&] {
     stop_hashing = true;  // the hashers stop after their current file
     input_hashes.wait();
-    if (oom_unit < p.units.size()) {  // say what and how much, not just "std::bad_alloc"
-      const Unit& u = p.units[oom_unit];
-      throw Error(io::out_of_memory_message("converting " + u.name + " of " + o.input.string(), 4 * u.input_bytes));
-    }
-    std::rethrow_exception(error);  // `out` is not committed: nothing is left behind
-  }
+  });
   phase("convert (workers, output hashed as written)");
   for (auto& rw : w.ranks) rw->finish();
   phase("finish (last hash bytes, rename)");
