@@ -109,6 +109,15 @@ if os.path.exists(head):
                 cells.append(" ".join(f"{min(c):.3g}..{max(c):.3g}" for c in cols))
             print(f"| {tp} | {layer['layer']} | {cells[0]} | {cells[1]} |")
 
+def window_means(run):
+    """Per-window mean loss change: from the per-token differences, or (the slimmed JSONs kept
+    in docs/bench-data) from window_mean_difference_bits."""
+    p = run["perplexity"]
+    if "nll_difference_bits" in p:
+        return [sum(x) / len(x) for x in p["nll_difference_bits"]]
+    return p["window_mean_difference_bits"]
+
+
 # qk against PCA directly: both conversions scored the same windows, so the per-window
 # difference of their loss changes has its own (much narrower) paired interval.
 print("\nqk minus PCA, paired over the same windows (bits/byte; negative: qk loses less):\n")
@@ -121,11 +130,10 @@ for tag in sorted(runs, key=key):
     other = runs.get(tag.replace("-pca-", "-qk-"))
     if other is None:
         continue
-    a = runs[tag]["perplexity"]["nll_difference_bits"]
-    b = other["perplexity"]["nll_difference_bits"]
+    a, b = window_means(runs[tag]), window_means(other)
     if len(a) != len(b):
         continue
-    d = [sum(y) / len(y) - sum(x) / len(x) for x, y in zip(a, b)]
+    d = [y - x for x, y in zip(a, b)]
     n = len(d)
     m = sum(d) / n
     sd = math.sqrt(sum((v - m) ** 2 for v in d) / (n - 1))
