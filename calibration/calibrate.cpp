@@ -73,6 +73,68 @@ void fit_global_quantisers(CalibrationResult& res, int64_t dc) {
   res.analytic_sphere = quant::lloyd_max_sphere_coordinate(static_cast<int>(dc));
 }
 
+// Opens and checks every capture (against the model, and its fingerprint against the model's),
+// records their provenance in `res` and the held-out count of each in `n_hold`. Returns the
+// fitting tokens; fewer than 4 d_c are refused (or only warned with allow_few_tokens).
+int64_t open_captures(const model::MlaConfig& cfg, const std::string& fingerprint, const CalibrationOptions& opt,
+                      CalibrationResult& res, std::vector<std::unique_ptr<Capture>>& caps,
+                      std::vector<int64_t>& n_hold) {
+  const int64_t dc = cfg.kv_lora_rank;
+  int64_t fit_tokens = 0;
+  for (const auto& p : opt.captures) {
+    caps.push_back(std::make_unique<Capture>(p, cfg));
+    caps.back()->set_io_mode(opt.io);
+    const auto& ci = caps.back()->info();
+    if (!ci.checkpoint_fingerprint.empty() && !fingerprint.empty() &&
+        ci.checkpoint_fingerprint != fingerprint) {
+      throw InputError("capture " + p + ": attribute checkpoint_fingerprint " +
+                       ci.checkpoint_fingerprint + " does not match the model's " + fingerprint);
+    }
+    res.capture_sources.push_back(ci.source.empty() ? p : ci.source);
+    res.corpus_sha256.push_back(ci.corpus_sha256);
+    const int64_t nh = ci.sequences >= 2
+        ? std::max<int64_t>(1, std::llround(opt.holdout_fraction * static_cast<double>(ci.sequences)))
+        : 0;
+    if (nh == 0) res.warnings.push_back("capture " + p + " has one sequence: nothing held out, "
+                                        "slicing errors are measured on the fitting data");
+    n_hold.push_back(nh);
+    fit_tokens += (ci.sequences - nh) * ci.seq_len;
+  }
+  if (fit_tokens < 4 * dc) {
+    const std::string msg = "only " + std::to_string(fit_tokens) + " fitting tokens, fewer than 4 x d_c = " +
+                            std::to_string(4 * dc) + ": a PCA basis would fit noise (SPEC section 3)";
+    if (!opt.allow_few_tokens) throw InputError("mla-calibrate: " + msg);
+    res.warnings.push_back(msg);
+    spdlog::warn("{}", msg);
+  }
+  return fit_tokens;
+}
+
+// The second-moment arithmetic: Auto resolved once, from the capture size and the CPU; its
+// description goes into `res`.
+MomentMode resolve_moment_mode(MomentMode requested, int64_t fit_tokens, CalibrationResult& res) {
+  MomentMode moment = requested;
+  if (moment == MomentMode::Auto)
+    moment = SecondMoment::bf16_kernel_available() && fit_tokens >= kAutoBf16Tokens ? MomentMode::BF16 : MomentMode::F32;
+  switch (moment) {
+    case MomentMode::F64: res.second_moment_accumulation = "float64 dsyrk"; break;
+    case MomentMode::F32:
+      res.second_moment_accumulation = "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) +
+                                       " rows, summed in float64";
+      break;
+    case MomentMode::BF16:
+      res.second_moment_accumulation =
+          "bfloat16 products c x bf16(c / rms(c)^2) (c rounded to bfloat16 first), float32 sums over blocks of " +
+          std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
+      if (!SecondMoment::bf16_kernel_available())
+        spdlog::warn("this CPU has no AVX-512 BF16: the bf16 second moment runs through float32 sgemm "
+                     "(same result to float32 rounding, ~4x slower than with avx512_bf16; --moment f32 is faster here)");
+      break;
+    default: break;
+  }
+  return moment;
+}
+
 }  // namespace
 
 const char* moment_mode_name(MomentMode m) {
@@ -141,54 +203,9 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
   }
   res.holdout_fraction = opt.holdout_fraction;
   res.groups = opt.groups;
-  int64_t fit_tokens = 0;
-  std::vector<int64_t> n_hold;
-  for (const auto& p : opt.captures) {
-    caps.push_back(std::make_unique<Capture>(p, cfg));
-    caps.back()->set_io_mode(opt.io);
-    const auto& ci = caps.back()->info();
-    if (!ci.checkpoint_fingerprint.empty() && !fingerprint.empty() &&
-        ci.checkpoint_fingerprint != fingerprint) {
-      throw InputError("capture " + p + ": attribute checkpoint_fingerprint " +
-                       ci.checkpoint_fingerprint + " does not match the model's " + fingerprint);
-    }
-    res.capture_sources.push_back(ci.source.empty() ? p : ci.source);
-    res.corpus_sha256.push_back(ci.corpus_sha256);
-    const int64_t nh = ci.sequences >= 2
-        ? std::max<int64_t>(1, std::llround(opt.holdout_fraction * static_cast<double>(ci.sequences)))
-        : 0;
-    if (nh == 0) res.warnings.push_back("capture " + p + " has one sequence: nothing held out, "
-                                        "slicing errors are measured on the fitting data");
-    n_hold.push_back(nh);
-    fit_tokens += (ci.sequences - nh) * ci.seq_len;
-  }
-  if (fit_tokens < 4 * dc) {
-    const std::string msg = "only " + std::to_string(fit_tokens) + " fitting tokens, fewer than 4 x d_c = " +
-                            std::to_string(4 * dc) + ": a PCA basis would fit noise (SPEC section 3)";
-    if (!opt.allow_few_tokens) throw InputError("mla-calibrate: " + msg);
-    res.warnings.push_back(msg);
-    spdlog::warn("{}", msg);
-  }
-  // The second-moment arithmetic (Auto resolved once, from the capture size and the CPU).
-  MomentMode moment = opt.moment;
-  if (moment == MomentMode::Auto)
-    moment = SecondMoment::bf16_kernel_available() && fit_tokens >= kAutoBf16Tokens ? MomentMode::BF16 : MomentMode::F32;
-  switch (moment) {
-    case MomentMode::F64: res.second_moment_accumulation = "float64 dsyrk"; break;
-    case MomentMode::F32:
-      res.second_moment_accumulation = "float32 ssyrk blocks of " + std::to_string(SecondMoment::kFloatBlock) +
-                                       " rows, summed in float64";
-      break;
-    case MomentMode::BF16:
-      res.second_moment_accumulation =
-          "bfloat16 products c x bf16(c / rms(c)^2) (c rounded to bfloat16 first), float32 sums over blocks of " +
-          std::to_string(SecondMoment::kFloatBlock) + " rows, summed in float64";
-      if (!SecondMoment::bf16_kernel_available())
-        spdlog::warn("this CPU has no AVX-512 BF16: the bf16 second moment runs through float32 sgemm "
-                     "(same result to float32 rounding, ~4x slower than with avx512_bf16; --moment f32 is faster here)");
-      break;
-    default: break;
-  }
+  std::vector<int64_t> n_hold;  // held-out sequences per capture (the last ones)
+  const int64_t fit_tokens = open_captures(cfg, fingerprint, opt, res, caps, n_hold);
+  const MomentMode moment = resolve_moment_mode(opt.moment, fit_tokens, res);
   std::vector<int64_t> layers = opt.layers;
   const int64_t nl = caps[0]->info().num_layers;
   if (layers.empty()) for (int64_t l = 0; l < nl; ++l) layers.push_back(l);
