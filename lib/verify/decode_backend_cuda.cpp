@@ -7,39 +7,14 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cache_append.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/mla_decode.hpp"
 
 namespace mla::verify {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  size_t count = 0;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : count(n) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), count(o.count) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(count, o.count);
-    return *this;
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  void upload(const std::vector<T>& v) {
-    if (v.size() > count) *this = DeviceBuffer(v.size());
-    check(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  void download(std::vector<T>& v, size_t n) const {
-    v.resize(n);
-    check(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
-  }
-};
+using cuda::check;
+using cuda::DeviceBuffer;
 
 class CudaBackend final : public DecodeBackend {
  public:

@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "kernels/cuda_check.hpp"
 #include "kernels/fp8_append.hpp"
 #include "kernels/fp8_decode.hpp"
 #include "quant/fp8_cache_format.hpp"
@@ -16,34 +17,9 @@
 namespace mla::verify {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-
+using cuda::check;
 template <typename T>
-struct Buf {
-  T* ptr = nullptr;
-  size_t count = 0;
-  Buf() = default;
-  explicit Buf(size_t n) : count(n) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  Buf(Buf&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), count(o.count) {}
-  Buf& operator=(Buf&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(count, o.count);
-    return *this;
-  }
-  ~Buf() {
-    if (ptr) cudaFree(ptr);
-  }
-  void upload(const std::vector<T>& v) {
-    if (v.size() > count) *this = Buf(v.size());
-    check(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  void download(std::vector<T>& v, size_t n) const {
-    v.resize(n);
-    check(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
-  }
-};
+using Buf = cuda::DeviceBuffer<T>;
 
 class CudaFp8Backend final : public DecodeBackend {
  public:

@@ -10,12 +10,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "kernels/cuda_check.hpp"
+
 namespace mla::verify {
 namespace {
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
+void check_cuda(cudaError_t e, const char* what) { cuda::check(e, what); }
 void check_nccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(std::string("NCCL: ") + what + ": " + ncclGetErrorString(r));
 }

@@ -8,32 +8,17 @@
 
 #include <algorithm>
 
+#include "kernels/cuda_check.hpp"
 #include "kernels/mla_decode.hpp"
 #include "kernels/prefix_attention.hpp"
 
 namespace mla::verify {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("CUDA (shared prefix): ") + what + ": " + cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { cuda::check(e, what, "CUDA (shared prefix)"); }
 
 template <typename T>
-struct Dev {
-  T* ptr = nullptr;
-  size_t count = 0;
-  explicit Dev(size_t n) : count(n) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
-    check(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  ~Dev() { cudaFree(ptr); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void down(std::vector<T>& v) const {
-    v.resize(count);
-    check(cudaMemcpy(v.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
-  }
-};
+using Dev = cuda::DeviceBuffer<T>;
 
 }  // namespace
 
@@ -59,8 +44,8 @@ void shared_prefix_decompress_cuda(SharedPrefixStep& s) {
   p.d_v = s.d_v;
   kernels::prefix_decompress_bf16(p, nullptr);
   check(cudaDeviceSynchronize(), "decompress");
-  k.down(s.k);
-  v.down(s.v);
+  k.download(s.k);
+  v.download(s.v);
 }
 
 void shared_prefix_decode_cuda(SharedPrefixStep& s) {
@@ -102,8 +87,8 @@ void shared_prefix_decode_cuda(SharedPrefixStep& s) {
   p.prefix_workspace_bytes = pws.count;
   kernels::mixed_decode_bf16(p, nullptr);
   check(cudaDeviceSynchronize(), "mixed decode");
-  out.down(s.out);
-  lse.down(s.lse);
+  out.download(s.out);
+  lse.download(s.lse);
 }
 
 }  // namespace mla::verify

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "decode_case.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/cache_append.hpp"
 #include "kernels/mla_decode.hpp"
 
@@ -28,21 +29,7 @@ bool have_gpu() {
 void ck(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
 template <class T>
-struct DevBuf {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit DevBuf(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
-  explicit DevBuf(const std::vector<T>& v) : DevBuf(v.size()) { up(v); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  void up(const std::vector<T>& v) { EXPECT_EQ(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
-  std::vector<T> down() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
+using DevBuf = cuda::DeviceBuffer<T>;
 
 // The case's buffers on the device, and params pointing at them.
 struct DeviceCase {
@@ -56,19 +43,19 @@ struct DeviceCase {
       : q(c.q), cache(c.cache), out(c.out), table(c.page_table), seqlens(c.seqlens), lse(c.lse),
         ws(quant::decode_workspace_bytes(c.batch, c.s_q, c.heads, c.d_c, parts)), flag(std::vector<int>{0}) {
     p = const_cast<DecodeCase&>(c).host_params(parts);
-    p.q = q.p;
-    p.kv_cache = cache.p;
-    p.page_table = table.p;
-    p.seqlens = seqlens.p;
-    p.out = out.p;
-    p.lse = lse.p;
-    p.workspace = ws.p;
-    p.workspace_bytes = ws.n;
-    p.error_flag = flag.p;
+    p.q = q.ptr;
+    p.kv_cache = cache.ptr;
+    p.page_table = table.ptr;
+    p.seqlens = seqlens.ptr;
+    p.out = out.ptr;
+    p.lse = lse.ptr;
+    p.workspace = ws.ptr;
+    p.workspace_bytes = ws.count;
+    p.error_flag = flag.ptr;
     // NaN everywhere the kernels write: an output or split partial left unwritten shows.
-    EXPECT_EQ(cudaMemset(out.p, 0xFF, out.n * sizeof(uint16_t)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(lse.p, 0xFF, lse.n * sizeof(float)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(ws.p, 0xFF, ws.n), cudaSuccess);
+    EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * sizeof(uint16_t)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(lse.ptr, 0xFF, lse.count * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ws.ptr, 0xFF, ws.count), cudaSuccess);
   }
 };
 
@@ -89,9 +76,9 @@ void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
   d.p.variant = s.variant;
   kernels::mla_decode_bf16(d.p, nullptr);
   ck(cudaDeviceSynchronize());
-  const std::vector<uint16_t> gpu_out = d.out.down();
-  const std::vector<float> gpu_lse = d.lse.down();
-  EXPECT_EQ(d.flag.down()[0], 0);
+  const std::vector<uint16_t> gpu_out = d.out.download();
+  const std::vector<float> gpu_lse = d.lse.download();
+  EXPECT_EQ(d.flag.download()[0], 0);
 
   const Reference ref = reference_decode(c);
   const auto m_ref = model::compare(bf16_to_f64(gpu_out), ref.out);
@@ -151,10 +138,10 @@ TEST(DecodeGpu, DeviceScheduleEqualsHostSchedule) {
         std::vector<int32_t> info(parts * quant::kPartInfoInts, -7), off(B + 1, -7);
         quant::compute_decode_schedule(L.data(), B, tile, parts, info.data(), off.data());
         DevBuf<int32_t> d_L(L), d_info(std::vector<int32_t>(info.size(), -9)), d_off(std::vector<int32_t>(off.size(), -9));
-        kernels::decode_schedule_on_device(d_L.p, B, tile, parts, d_info.p, d_off.p, nullptr);
+        kernels::decode_schedule_on_device(d_L.ptr, B, tile, parts, d_info.ptr, d_off.ptr, nullptr);
         ck(cudaDeviceSynchronize());
-        ASSERT_EQ(d_info.down(), info) << "B=" << B << " parts=" << parts << " tile=" << tile;
-        ASSERT_EQ(d_off.down(), off) << "B=" << B << " parts=" << parts << " tile=" << tile;
+        ASSERT_EQ(d_info.download(), info) << "B=" << B << " parts=" << parts << " tile=" << tile;
+        ASSERT_EQ(d_off.download(), off) << "B=" << B << " parts=" << parts << " tile=" << tile;
       }
     }
   }
@@ -203,8 +190,8 @@ TEST(DecodeGpu, WgmmaBadPageIdIsFlagged) {
       d.p.variant = variant;
       kernels::mla_decode_bf16(d.p, nullptr);
       ck(cudaDeviceSynchronize());
-      EXPECT_EQ(d.flag.down()[0], 1) << "variant " << variant << " d_c " << d_c;
-      for (uint16_t v : d.out.down()) ASSERT_NE(v & 0x7F80, 0x7F80) << "non-finite output, variant " << variant;
+      EXPECT_EQ(d.flag.download()[0], 1) << "variant " << variant << " d_c " << d_c;
+      for (uint16_t v : d.out.download()) ASSERT_NE(v & 0x7F80, 0x7F80) << "non-finite output, variant " << variant;
     }
 }
 TEST(DecodeGpu, Page128TplaSlice) {
@@ -231,8 +218,8 @@ TEST(DecodeGpu, GraphCaptureReplaysTheSameResult) {
   DeviceCase d(c, kernels::decode_parts_for_device(c.host_params(0)));
   kernels::mla_decode_bf16(d.p, nullptr);
   ck(cudaDeviceSynchronize());
-  const auto direct = d.out.down();
-  ck(cudaMemset(d.out.p, 0, d.out.n * sizeof(uint16_t)));
+  const auto direct = d.out.download();
+  ck(cudaMemset(d.out.ptr, 0, d.out.count * sizeof(uint16_t)));
   cudaStream_t s;
   ck(cudaStreamCreate(&s));
   cudaGraph_t graph;
@@ -243,7 +230,7 @@ TEST(DecodeGpu, GraphCaptureReplaysTheSameResult) {
   ck(cudaGraphInstantiate(&exec, graph, 0));
   ck(cudaGraphLaunch(exec, s));
   ck(cudaStreamSynchronize(s));
-  EXPECT_EQ(d.out.down(), direct);
+  EXPECT_EQ(d.out.download(), direct);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
@@ -256,7 +243,7 @@ TEST(DecodeGpu, BadPageIdIsFlaggedAndHostChecksWorkspace) {
   DeviceCase d(c, 4);
   kernels::mla_decode_bf16(d.p, nullptr);
   ck(cudaDeviceSynchronize());
-  EXPECT_EQ(d.flag.down()[0], 1);
+  EXPECT_EQ(d.flag.download()[0], 1);
   auto p = d.p;
   p.workspace_bytes = 16;
   EXPECT_THROW(kernels::mla_decode_bf16(p, nullptr), InputError);
@@ -281,11 +268,11 @@ TEST(CacheAppendGpu, BitExactWithTwin) {
   DevBuf<int32_t> d_pos(pos), d_table(c.page_table);
   DevBuf<int> d_flag(std::vector<int>{0});
   kernels::CacheAppendParams p;
-  p.kv_new = d_new.p;
-  p.positions = d_pos.p;
-  p.page_table = d_table.p;
-  p.kv_cache = d_cache.p;
-  p.error_flag = d_flag.p;
+  p.kv_new = d_new.ptr;
+  p.positions = d_pos.ptr;
+  p.page_table = d_table.ptr;
+  p.kv_cache = d_cache.ptr;
+  p.error_flag = d_flag.ptr;
   p.batch = B;
   p.n_new = n_new;
   p.dim = dim;
@@ -296,10 +283,10 @@ TEST(CacheAppendGpu, BitExactWithTwin) {
   ck(cudaDeviceSynchronize());
   quant::cache_append_twin_bf16(kv_new.data(), B, n_new, dim, pos.data(), c.page_table.data(), c.max_pages,
                                 c.cache.data(), c.num_pages, c.page_size);
-  const auto gpu = d_cache.down();
+  const auto gpu = d_cache.download();
   ASSERT_EQ(gpu.size(), c.cache.size());
   EXPECT_EQ(std::memcmp(gpu.data(), c.cache.data(), gpu.size() * 2), 0);
-  EXPECT_EQ(d_flag.down()[0], 0);
+  EXPECT_EQ(d_flag.download()[0], 0);
 }
 
 // TPLA (g = 2, one rank per latent half): each rank runs the same kernel on its slice
@@ -339,7 +326,7 @@ TEST(TplaGpu, SequentialRanksSumOfOProjMatchesFloat64) {
     DeviceCase d(rank, kernels::decode_parts_for_device(rank.host_params(0)));
     kernels::mla_decode_bf16(d.p, nullptr);  // rank k, after rank k-1 on the same GPU
     ck(cudaDeviceSynchronize());
-    add_rank_output(bf16_to_f64(d.out.down()), k, y_gpu);
+    add_rank_output(bf16_to_f64(d.out.download()), k, y_gpu);
     add_rank_output(reference_decode(rank).out, k, y_ref);
   }
   const auto m = model::compare(y_gpu, y_ref);

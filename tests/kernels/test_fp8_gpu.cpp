@@ -16,6 +16,7 @@
 #include "../quant/fp8_decode_case.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/fp8_append.hpp"
 #include "kernels/fp8_decode.hpp"
 #include "model/metrics.hpp"
@@ -31,22 +32,7 @@ bool have_gpu() {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  std::vector<T> down() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
+using Dev = cuda::DeviceBuffer<T>;
 
 // GPU vs twin: the same rounding points, but the tensor cores add in another order, and FP8
 // wgmma keeps fewer mantissa bits between additions than fp32 (about 13-14 on Hopper, as the
@@ -83,26 +69,26 @@ GpuResult run_gpu(const Fp8Case& c, int parts = 0, bool graph = false) {
   std::vector<float> hl;
   quant::Fp8DecodeParams p = c.params(ho, hl);
   p.num_parts = parts;
-  p.cache = cache.p;
-  p.page_table = table.p;
-  p.seqlens = seqlens.p;
-  p.out = out.p;
-  p.lse = lse.p;
-  p.error_flag = flag.p;
+  p.cache = cache.ptr;
+  p.page_table = table.ptr;
+  p.seqlens = seqlens.ptr;
+  p.out = out.ptr;
+  p.lse = lse.ptr;
+  p.error_flag = flag.ptr;
   Dev<char> ws(kernels::fp8_decode_workspace_bytes(p, true));
-  p.workspace = ws.p;
-  p.workspace_bytes = ws.n;
+  p.workspace = ws.ptr;
+  p.workspace_bytes = ws.count;
   // NaN everywhere the kernels write: anything left unwritten shows.
-  EXPECT_EQ(cudaMemset(out.p, 0xFF, out.n * 2), cudaSuccess);
-  EXPECT_EQ(cudaMemset(lse.p, 0xFF, lse.n * 4), cudaSuccess);
-  EXPECT_EQ(cudaMemset(ws.p, 0xFF, ws.n), cudaSuccess);
+  EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
+  EXPECT_EQ(cudaMemset(lse.ptr, 0xFF, lse.count * 4), cudaSuccess);
+  EXPECT_EQ(cudaMemset(ws.ptr, 0xFF, ws.count), cudaSuccess);
   if (graph) {
     cudaStream_t s;
     EXPECT_EQ(cudaStreamCreate(&s), cudaSuccess);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-    kernels::fp8_decode_bf16q(p, q.p, s);
+    kernels::fp8_decode_bf16q(p, q.ptr, s);
     EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
     EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
     for (int i = 0; i < 2; ++i) EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
@@ -111,10 +97,10 @@ GpuResult run_gpu(const Fp8Case& c, int parts = 0, bool graph = false) {
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   } else {
-    kernels::fp8_decode_bf16q(p, q.p, nullptr);
+    kernels::fp8_decode_bf16q(p, q.ptr, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  GpuResult r{out.down(), lse.down(), flag.down()[0]};
+  GpuResult r{out.download(), lse.download(), flag.download()[0]};
   return r;
 }
 
@@ -206,11 +192,11 @@ TEST(Fp8Gpu, AppendAndQueryQuantisationBitExact) {
         Dev<uint8_t> dcache(std::vector<uint8_t>(host.size(), 0xEE));
         Dev<int> flag(std::vector<int>{0});
         kernels::Fp8AppendParams ap;
-        ap.kv_new = dkv.p;
-        ap.positions = dpos.p;
-        ap.page_table = dtab.p;
-        ap.cache = dcache.p;
-        ap.error_flag = flag.p;
+        ap.kv_new = dkv.ptr;
+        ap.positions = dpos.ptr;
+        ap.page_table = dtab.ptr;
+        ap.cache = dcache.ptr;
+        ap.error_flag = flag.ptr;
         ap.batch = batch;
         ap.n_new = n_new;
         ap.d_c = d_c;
@@ -220,12 +206,12 @@ TEST(Fp8Gpu, AppendAndQueryQuantisationBitExact) {
         ap.page_size = page;
         kernels::fp8_cache_append(ap, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const auto got = dcache.down();
+        const auto got = dcache.download();
         size_t diff = 0, first = 0;
         for (size_t i = 0; i < got.size(); ++i)
           if (got[i] != host[i] && diff++ == 0) first = i;
         EXPECT_EQ(diff, 0u) << "d_c " << d_c << " d_r " << d_r << " page " << page << ": first differing byte " << first;
-        EXPECT_EQ(flag.down()[0], 0);
+        EXPECT_EQ(flag.download()[0], 0);
         // Query rows: the same kv rows as queries.
         const int rows = batch * n_new;
         std::vector<uint8_t> q8(static_cast<size_t>(rows) * d_c);
@@ -235,11 +221,11 @@ TEST(Fp8Gpu, AppendAndQueryQuantisationBitExact) {
         Dev<uint8_t> d8(q8.size());
         Dev<uint16_t> dr(qr.size());
         Dev<float> ds(qs.size());
-        kernels::fp8_quantize_query(dkv.p, rows, d_c, d_r, d8.p, dr.p, ds.p, nullptr);
+        kernels::fp8_quantize_query(dkv.ptr, rows, d_c, d_r, d8.ptr, dr.ptr, ds.ptr, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(d8.down(), q8);
-        EXPECT_EQ(dr.down(), qr);
-        const auto gs = ds.down();
+        EXPECT_EQ(d8.download(), q8);
+        EXPECT_EQ(dr.download(), qr);
+        const auto gs = ds.download();
         for (int r = 0; r < rows; ++r) ASSERT_EQ(std::bit_cast<uint32_t>(gs[r]), std::bit_cast<uint32_t>(qs[r])) << r;
       }
 }
@@ -253,11 +239,11 @@ TEST(Fp8Gpu, AppendFlagsBadPages) {
   Dev<uint8_t> dcache(quant::Fp8CacheLayout{64, d_c, d_r}.page_bytes());
   Dev<int> flag(std::vector<int>{0});
   kernels::Fp8AppendParams ap;
-  ap.kv_new = dkv.p;
-  ap.positions = dpos.p;
-  ap.page_table = dtab.p;
-  ap.cache = dcache.p;
-  ap.error_flag = flag.p;
+  ap.kv_new = dkv.ptr;
+  ap.positions = dpos.ptr;
+  ap.page_table = dtab.ptr;
+  ap.cache = dcache.ptr;
+  ap.error_flag = flag.ptr;
   ap.batch = 2;
   ap.n_new = 1;
   ap.d_c = d_c;
@@ -267,7 +253,7 @@ TEST(Fp8Gpu, AppendFlagsBadPages) {
   ap.page_size = 64;
   kernels::fp8_cache_append(ap, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(flag.down()[0], 1);
+  EXPECT_EQ(flag.download()[0], 1);
   ap.d_c = 96;
   EXPECT_THROW(kernels::fp8_cache_append(ap, nullptr), InputError);
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/mla_decode.hpp"
 #include "kernels/prefix_attention.hpp"
 #include "model/metrics.hpp"
@@ -27,22 +28,7 @@ bool have_gpu() {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess); }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
-    EXPECT_EQ(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  std::vector<T> down() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
+using Dev = cuda::DeviceBuffer<T>;
 
 // The case on the device; the mixed step's parameters point at device buffers.
 struct DeviceCase {
@@ -56,38 +42,38 @@ struct DeviceCase {
         full_table(pc.full_table), own_len(pc.own_len), full_len(pc.full_len), lse_lat(pc.lse_lat), lse(pc.lse) {}
   quant::PrefixDecompressParams decompress() {
     auto p = c.decompress_params();
-    p.kv_cache = cache.p;
-    p.page_table = prefix_table.p;
-    p.kv_b = kv_b.p;
-    p.k = k.p;
-    p.v = v.p;
+    p.kv_cache = cache.ptr;
+    p.page_table = prefix_table.ptr;
+    p.kv_b = kv_b.ptr;
+    p.k = k.ptr;
+    p.v = v.ptr;
     return p;
   }
   quant::MixedDecodeParams mixed(double b_theta, int splits, Dev<char>& ws_suffix, Dev<char>& ws_full,
                                  Dev<char>& ws_prefix) {
     auto p = c.mixed_params(b_theta, splits);
     for (auto* d : {&p.suffix, &p.full}) {
-      d->q = q_abs.p;
-      d->kv_cache = cache.p;
-      d->out = o_lat.p;
-      d->lse = lse_lat.p;
+      d->q = q_abs.ptr;
+      d->kv_cache = cache.ptr;
+      d->out = o_lat.ptr;
+      d->lse = lse_lat.ptr;
     }
-    p.suffix.page_table = own_table.p;
-    p.suffix.seqlens = own_len.p;
-    p.full.page_table = full_table.p;
-    p.full.seqlens = full_len.p;
-    p.suffix.workspace = ws_suffix.p;
-    p.suffix.workspace_bytes = ws_suffix.n;
-    p.full.workspace = ws_full.p;
-    p.full.workspace_bytes = ws_full.n;
-    p.q_naive = q_naive.p;
-    p.prefix_k = k.p;
-    p.prefix_v = v.p;
-    p.kv_b = kv_b.p;
-    p.out = out.p;
-    p.lse = lse.p;
-    p.prefix_workspace = ws_prefix.p;
-    p.prefix_workspace_bytes = ws_prefix.n;
+    p.suffix.page_table = own_table.ptr;
+    p.suffix.seqlens = own_len.ptr;
+    p.full.page_table = full_table.ptr;
+    p.full.seqlens = full_len.ptr;
+    p.suffix.workspace = ws_suffix.ptr;
+    p.suffix.workspace_bytes = ws_suffix.count;
+    p.full.workspace = ws_full.ptr;
+    p.full.workspace_bytes = ws_full.count;
+    p.q_naive = q_naive.ptr;
+    p.prefix_k = k.ptr;
+    p.prefix_v = v.ptr;
+    p.kv_b = kv_b.ptr;
+    p.out = out.ptr;
+    p.lse = lse.ptr;
+    p.prefix_workspace = ws_prefix.ptr;
+    p.prefix_workspace_bytes = ws_prefix.count;
     return p;
   }
 };
@@ -126,7 +112,7 @@ void run_gpu_case(PrefixCase c, double b_theta, int splits) {
   kernels::prefix_decompress_bf16(d.decompress(), nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   quant::prefix_decompress_twin_bf16(c.decompress_params());
-  const BfDiff kd = bf16_diff(d.k.down(), c.k), vd = bf16_diff(d.v.down(), c.v);
+  const BfDiff kd = bf16_diff(d.k.download(), c.k), vd = bf16_diff(d.v.download(), c.v);
   EXPECT_EQ(kd.far, 0u) << kd.differ << " K elements differ, " << kd.beyond_one_ulp << " by > 1 ulp, max |diff| "
                         << kd.max_abs;
   EXPECT_EQ(vd.far, 0u) << vd.differ << " V elements differ, " << vd.beyond_one_ulp << " by > 1 ulp, max |diff| "
@@ -137,22 +123,22 @@ void run_gpu_case(PrefixCase c, double b_theta, int splits) {
               vd.max_abs);
 
   // The twin runs on the GPU's K/V so that both attend to the same prefix.
-  c.k = d.k.down();
-  c.v = d.v.down();
+  c.k = d.k.download();
+  c.v = d.v.download();
   Dev<char> ws_suffix(kernels::decode_workspace_bytes_for(c.decode_params(false)));
   Dev<char> ws_full(kernels::decode_workspace_bytes_for(c.decode_params(true)));
   quant::MixedDecodeParams probe = c.mixed_params(b_theta, splits);
   Dev<char> ws_prefix(std::max<size_t>(1, kernels::mixed_prefix_workspace_bytes(probe)));
   quant::MixedDecodeParams gp = d.mixed(b_theta, splits, ws_suffix, ws_full, ws_prefix);
   // Poison the outputs and the prefix partials: an unwritten element shows as NaN.
-  ASSERT_EQ(cudaMemset(d.out.p, 0xFF, d.out.n * sizeof(uint16_t)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(d.lse.p, 0xFF, d.lse.n * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(ws_prefix.p, 0xFF, ws_prefix.n), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d.out.ptr, 0xFF, d.out.count * sizeof(uint16_t)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d.lse.ptr, 0xFF, d.lse.count * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws_prefix.ptr, 0xFF, ws_prefix.count), cudaSuccess);
   const int used_splits = quant::mixed_uses_prefix(gp) ? kernels::mixed_prefix_splits(gp) : 0;
   kernels::mixed_decode_bf16(gp, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint16_t> gpu_out = d.out.down();
-  const std::vector<float> gpu_lse = d.lse.down();
+  const std::vector<uint16_t> gpu_out = d.out.download();
+  const std::vector<float> gpu_lse = d.lse.download();
 
   quant::mixed_decode_twin_bf16(c.mixed_params(b_theta, used_splits > 0 ? used_splits : splits));
   const auto vs_twin = model::compare(bf16_to_doubles(gpu_out), bf16_to_doubles(c.out));

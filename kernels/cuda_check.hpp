@@ -1,0 +1,63 @@
+#pragma once
+// Host-side CUDA helpers shared by the CUDA backends of lib/verify: one error check (what failed and
+// cudaGetErrorString) and one device-buffer RAII type. Header-only, plain C++ (no device code).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace mla::cuda {
+
+// Throws mla::Error "<prefix>: <what>: <cudaGetErrorString(e)>" unless e is cudaSuccess.
+inline void check(cudaError_t e, std::string_view what, std::string_view prefix = "CUDA") {
+  if (e != cudaSuccess)
+    throw Error(std::string(prefix) + ": " + std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// `count` elements of T on the current device (at least one element is allocated, so ptr is never
+// null once sized). Movable, not copyable; freed on destruction.
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t count = 0;
+
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : count(n) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
+  explicit DeviceBuffer(const std::vector<T>& v) : DeviceBuffer(v.size()) { upload(v); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), count(std::exchange(o.count, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(count, o.count);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
+
+  // Copies v to the device, growing the buffer first if v is longer.
+  void upload(const std::vector<T>& v) {
+    if (v.size() > count) *this = DeviceBuffer(v.size());
+    check(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  // Copies the first n elements (all of them without n) back into v.
+  void download(std::vector<T>& v, size_t n) const {
+    v.resize(n);
+    check(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+  }
+  void download(std::vector<T>& v) const { download(v, count); }
+  std::vector<T> download() const {
+    std::vector<T> v;
+    download(v, count);
+    return v;
+  }
+};
+
+}  // namespace mla::cuda
