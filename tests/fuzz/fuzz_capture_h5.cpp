@@ -1,6 +1,6 @@
-// libFuzzer target: arbitrary bytes as a capture (mla-capture/1) through both readers:
-// io::CaptureReader (verify-decode, mla-forward) and calib::Capture (mla-calibrate, which
-// reads chunks by pread at offsets the file declares). Opens, then reads the first and last
+// libFuzzer target: arbitrary bytes as a capture (mla-capture/1) through both ways of opening
+// io::CaptureReader: the whole file (verify-decode, mla-forward) and one split against a model
+// (calib::Capture of mla-calibrate, which reads chunks by pread at offsets the file declares). Opens, then reads the first and last
 // sequence of every layer. Any outcome other than data or an mla::Error is a bug; so is
 // returned data of the wrong size.
 #include <cstdlib>

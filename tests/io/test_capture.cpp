@@ -57,6 +57,40 @@ TEST(Capture, DenseWriterRoundTripsThroughReader) {
   EXPECT_EQ(files, 1);
 }
 
+TEST(Capture, SplitViewReadsWhatTheWholeFileViewReads) {
+  // The one reader opened both ways on the same file: the split against the model (what
+  // mla-calibrate streams, raw chunk reads and prefetch) returns the whole-file view's values.
+  const auto ckpt = mla::io::Checkpoint::open(std::string(MLA_SOURCE_DIR) + "/datasets/tiny-v3");
+  const auto model = mla::io::load_dense_model(ckpt);
+  std::vector<uint8_t> text(3 * 16);
+  for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<uint8_t>("split view test. "[i % 17]);
+  const auto out = temp_dir() / "split.h5";
+  mla::io::write_dense_capture(model, {"deepseek_v3", 0, 0, "unit test", "abc", ""},
+                               {{"calib", mla::io::byte_windows(text, 16, 0), false}}, out);
+  const mla::io::CaptureReader whole(out);
+  const mla::io::CaptureReader split(out, model.cfg, "calib");
+  EXPECT_EQ(split.info().sequences, 3);
+  EXPECT_EQ(split.info().seq_len, 16);
+  EXPECT_TRUE(split.info().has_hidden);
+  EXPECT_EQ(split.info().latent_type, mla::io::StoredType::F32);
+  const auto h = whole.hidden("calib", 2, 1);
+  const MatrixR m = split.read_hidden(2, 1);
+  ASSERT_EQ(m.size(), static_cast<int64_t>(h.size()));
+  for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(m.data()[i], static_cast<double>(h[i]));
+  for (const auto mode : {mla::io::IoMode::Buffered, mla::io::IoMode::Hdf5, mla::io::IoMode::Direct}) {
+    mla::io::CaptureReader r(out, model.cfg, "calib");
+    r.set_io_mode(mode);
+    mla::io::SequencePrefetch pf(r, 3, {"hidden"}, {2, 0}, 2);
+    for (const int64_t s : {2, 0}) {
+      const auto& rows = pf.next();
+      ASSERT_EQ(rows.size(), 1u);
+      const auto want = whole.hidden("calib", 3, s);
+      ASSERT_EQ(rows[0].rows * rows[0].width, static_cast<int64_t>(want.size()));
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(rows[0].at(static_cast<int64_t>(i)), want[i]);
+    }
+  }
+}
+
 TEST(Capture, ReaderRejectsWrongSchemaAndShapes) {
   const auto dir = temp_dir();
   {
