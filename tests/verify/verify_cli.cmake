@@ -1,14 +1,6 @@
 # verify-decode CLI round trip: capture (mla-forward), convert (tp=1 identity, tp=2 g=2 Hadamard),
 # verify: exit 0 for the exact conversion, 2 for latent slicing at default thresholds.
-file(REMOVE_RECURSE ${WORK})
-file(MAKE_DIRECTORY ${WORK})
-function(run expected)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL ${expected})
-    message(FATAL_ERROR "expected exit ${expected}, got ${rc}: ${ARGN}\n${out}\n${err}")
-  endif()
-  message(STATUS "${out}")
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v2)
 # Any English bytes will do as held-out text for the check; docs/math.md ships with the repo.
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --eval ${SRC}/docs/math.md

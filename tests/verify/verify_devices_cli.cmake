@@ -1,15 +1,7 @@
 # verify-decode --devices / --dcp / --comm through the tool's main (CPU stand-in: ranks on threads):
 # the ranks' output equals the sequential sum, DCP the one-device decode within the BF16 bound, and
 # bad combinations exit 1 with a message.
-file(REMOVE_RECURSE ${WORK})
-file(MAKE_DIRECTORY ${WORK})
-function(run expected)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL ${expected})
-    message(FATAL_ERROR "expected exit ${expected}, got ${rc}: ${ARGN}\n${out}\n${err}")
-  endif()
-  message(STATUS "${out}${err}")
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v2)
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --eval ${SRC}/docs/math.md
     --eval-seqs 2 --seq-len 40)

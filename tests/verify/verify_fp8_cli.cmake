@@ -2,15 +2,7 @@
 # thresholds (exact tp=1 conversion and a tp=2 Hadamard slice with relaxed conversion bounds),
 # and the SnapMLA study configurations order as the paper's: RoPE-unaware per-token (A) has a
 # larger error than RoPE-aware per-token in every layer.
-file(REMOVE_RECURSE ${WORK})
-file(MAKE_DIRECTORY ${WORK})
-function(run expected)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL ${expected})
-    message(FATAL_ERROR "expected exit ${expected}, got ${rc}: ${ARGN}\n${out}\n${err}")
-  endif()
-  message(STATUS "${out}")
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v2)
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --eval ${SRC}/docs/math.md
     --eval-seqs 2 --seq-len 56)

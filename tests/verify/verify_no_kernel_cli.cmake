@@ -3,15 +3,7 @@
 # error; with it the per-layer figures are the float64 path's (kernel column 0) and equal, layer
 # by layer, the float64 path of the normal run on a conversion the kernels support (tp 4), so the
 # flag changes what runs, not what is computed. Bad combinations exit 1.
-file(REMOVE_RECURSE ${WORK})
-file(MAKE_DIRECTORY ${WORK})
-function(run expected)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL ${expected})
-    message(FATAL_ERROR "expected exit ${expected}, got ${rc}: ${ARGN}\n${out}\n${err}")
-  endif()
-  message(STATUS "${out}${err}")
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v3)
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --eval ${SRC}/docs/math.md
     --eval-seqs 2 --seq-len 40)
