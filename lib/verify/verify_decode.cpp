@@ -144,53 +144,53 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
     const std::vector<MatrixR> X = rank_cache_rows(L, r, rs[r], rms_global, P, n_tok);
 
     // ---- kernel path: paged bf16 cache, random page placement, sentinel past the end ----
-    for (bool run_kernel = backend != nullptr; run_kernel; run_kernel = false) {
-    CacheShape shape;
-    shape.batch = static_cast<int>(B);
-    shape.page_size = page_size;
-    shape.max_pages = static_cast<int>(pages_per_seq + 1);
-    shape.num_pages = static_cast<int>(B * pages_per_seq + 3);  // a few never-used (poisoned) pages
-    shape.dim = static_cast<int>(dim);
-    std::vector<int32_t> perm(shape.num_pages);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::mt19937_64 rng(seed + 7919 * static_cast<uint64_t>(r));
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> table(size_t(B) * shape.max_pages, kPageSentinel);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t p = 0; p < pages_per_seq; ++p) table[b * shape.max_pages + p] = perm[b * pages_per_seq + p];
-    const int cache = backend->create_cache(shape, table);
-
-    auto pack_rows = [&](int64_t t0, int64_t n) {
-      std::vector<uint16_t> kv(size_t(B) * n * dim);
+    if (backend) {  // without one (--no-kernel) only the float64 path below runs
+      CacheShape shape;
+      shape.batch = static_cast<int>(B);
+      shape.page_size = page_size;
+      shape.max_pages = static_cast<int>(pages_per_seq + 1);
+      shape.num_pages = static_cast<int>(B * pages_per_seq + 3);  // a few never-used (poisoned) pages
+      shape.dim = static_cast<int>(dim);
+      std::vector<int32_t> perm(shape.num_pages);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::mt19937_64 rng(seed + 7919 * static_cast<uint64_t>(r));
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int32_t> table(size_t(B) * shape.max_pages, kPageSentinel);
       for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < n; ++i) {
-          uint16_t* row = kv.data() + (b * n + i) * dim;
-          for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(X[b](t0 + i, j));
-          for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].k_pe(t0 + i, j));
-        }
-      return kv;
-    };
-    if (P > 0) backend->append(cache, pack_rows(0, P), static_cast<int>(P), std::vector<int32_t>(B, 0));
+        for (int64_t p = 0; p < pages_per_seq; ++p) table[b * shape.max_pages + p] = perm[b * pages_per_seq + p];
+      const int cache = backend->create_cache(shape, table);
 
-    std::vector<uint16_t> q(size_t(B) * H_r * dim), o_bits;
-    std::vector<float> lse;
-    for (int64_t t = P; t < n_tok; ++t) {
-      backend->append(cache, pack_rows(t, 1), 1, std::vector<int32_t>(B, static_cast<int32_t>(t)));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t hh = 0; hh < H_r; ++hh) {
-          uint16_t* row = q.data() + (b * H_r + hh) * dim;
-          for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(rs[r][b].q_lat(t, hh * d_c + j));
-          for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].q_pe(t, hh * d_r + j));
+      auto pack_rows = [&](int64_t t0, int64_t n) {
+        std::vector<uint16_t> kv(size_t(B) * n * dim);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t i = 0; i < n; ++i) {
+            uint16_t* row = kv.data() + (b * n + i) * dim;
+            for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(X[b](t0 + i, j));
+            for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].k_pe(t0 + i, j));
+          }
+        return kv;
+      };
+      if (P > 0) backend->append(cache, pack_rows(0, P), static_cast<int>(P), std::vector<int32_t>(B, 0));
+
+      std::vector<uint16_t> q(size_t(B) * H_r * dim), o_bits;
+      std::vector<float> lse;
+      for (int64_t t = P; t < n_tok; ++t) {
+        backend->append(cache, pack_rows(t, 1), 1, std::vector<int32_t>(B, static_cast<int32_t>(t)));
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t hh = 0; hh < H_r; ++hh) {
+            uint16_t* row = q.data() + (b * H_r + hh) * dim;
+            for (int64_t j = 0; j < d_c; ++j) row[j] = double_to_bf16(rs[r][b].q_lat(t, hh * d_c + j));
+            for (int64_t j = 0; j < d_r; ++j) row[d_c + j] = double_to_bf16(rs[r][b].q_pe(t, hh * d_r + j));
+          }
+        backend->decode(cache, q, static_cast<int>(H_r), static_cast<int>(d_c), static_cast<int>(d_r),
+                       std::vector<int32_t>(B, static_cast<int32_t>(t + 1)), static_cast<float>(scale), o_bits, lse);
+        for (int64_t b = 0; b < B; ++b) {
+          MatrixR o_lat(1, H_r * d_c);
+          for (int64_t j = 0; j < H_r * d_c; ++j) o_lat(0, j) = bf16_to_float(o_bits[b * H_r * d_c + j]);
+          const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
+          out.kernel[b].row(t - P) += o * w_r.o_proj.transpose();
         }
-      backend->decode(cache, q, static_cast<int>(H_r), static_cast<int>(d_c), static_cast<int>(d_r),
-                     std::vector<int32_t>(B, static_cast<int32_t>(t + 1)), static_cast<float>(scale), o_bits, lse);
-      for (int64_t b = 0; b < B; ++b) {
-        MatrixR o_lat(1, H_r * d_c);
-        for (int64_t j = 0; j < H_r * d_c; ++j) o_lat(0, j) = bf16_to_float(o_bits[b * H_r * d_c + j]);
-        const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
-        out.kernel[b].row(t - P) += o * w_r.o_proj.transpose();
       }
-    }
     }
 
     // ---- float64 path: the same computation without bf16 or kernels ----
