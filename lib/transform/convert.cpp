@@ -599,8 +599,7 @@ nlohmann::json rank_config(const io::Checkpoint& ckpt, const Plan& p, const Conv
   localise("moe_intermediate_size", L.tp);
   // A vocabulary tp does not divide is replicated (shard_table.hpp, VocabColumn): the rank
   // keeps the whole vocab_size, and says so.
-  const bool vocab_split = !c.contains("vocab_size") || !c["vocab_size"].is_number_integer() ||
-                           c["vocab_size"].get<int64_t>() % L.tp == 0;
+  const bool vocab_split = p.cfg.vocab_size % L.tp == 0;  // the same test as make_plan's warning
   if (vocab_split) localise("vocab_size", L.tp);
   if (o.out_dtype == OutDtype::FP8)
     c["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
