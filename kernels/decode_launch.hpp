@@ -11,16 +11,19 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <string>
 #include <utility>
 
-#include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "quant/decode_twin_bf16.hpp"
 
 namespace mla::kernels::detail {
 
-inline void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("mla decode: ") + what + ": " + cudaGetErrorString(e));
+// Multiprocessors of the current device (the default split-KV part count scales with it).
+inline int sm_count() {
+  int dev = 0, sms = 0;
+  cuda::check(cudaGetDevice(&dev), "cudaGetDevice", "mla decode");
+  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count", "mla decode");
+  return sms;
 }
 
 // Launches kernel on `stream`; with pdl, as a programmatic dependent launch (it may start while
@@ -38,14 +41,15 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what);
+  cuda::check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what, "mla decode");
 }
 
 // Raises a kernel's dynamic shared-memory limit once (the first launch of that instantiation).
 template <class Kernel>
 void set_smem_limit_once(Kernel kernel, size_t bytes, bool& done, const char* what) {
   if (done) return;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what,
+              "mla decode");
   done = true;
 }
 

@@ -77,8 +77,8 @@ EncodeTiledFn encode_tiled() {
   if (fn == nullptr) {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q),
-               "driver entry point cuTensorMapEncodeTiled");
+    cuda::check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q),
+                "driver entry point cuTensorMapEncodeTiled", "mla decode");
     if (f == nullptr || q != cudaDriverEntryPointSuccess) throw Error("mla decode: cuTensorMapEncodeTiled not found");
     fn = reinterpret_cast<EncodeTiledFn>(f);
   }
@@ -109,7 +109,7 @@ void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int t
   const CUtensorMap map = with_map ? make_kv_map(p, box_rows) : CUtensorMap{};
   decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, tile, p.num_parts, w.info, w.offsets,
                                                            map, with_map ? w.map : nullptr);
-  check_cuda(cudaGetLastError(), "schedule launch");
+  cuda::check(cudaGetLastError(), "schedule launch", "mla decode");
 }
 
 }  // namespace detail
@@ -118,7 +118,7 @@ void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int 
                                int32_t* offsets, cudaStream_t stream) {
   detail::decode_schedule_kernel<<<1, detail::kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info,
                                                                            offsets, CUtensorMap{}, nullptr);
-  detail::check_cuda(cudaGetLastError(), "schedule launch");
+  cuda::check(cudaGetLastError(), "schedule launch", "mla decode");
 }
 
 }  // namespace mla::kernels

@@ -38,7 +38,6 @@
 namespace mla::kernels {
 namespace {
 
-using detail::check_cuda;
 using quant::kPartInfoInts;
 using fp8::desc_sw;
 using fp8::kT;
@@ -318,13 +317,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) detail::named_bar_sync(kFree, 256);  // the last phase warpgroup 1 opened
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
-  return sms;
-}
-
 // The BF16 decode's parameter block for what the FP8 decode shares with it: the output, the
 // workspace carving, the store and the combine.
 quant::Bf16DecodeParams output_shim(const quant::Fp8DecodeParams& p, int parts) {
@@ -356,7 +348,7 @@ void launch_split(const quant::Fp8DecodeParams& p, const quant::Bf16DecodeParams
   detail::set_smem_limit_once(fp8_split_kernel<DC, DR>, smem, smem_set, "fp8 decode smem attribute");
   const dim3 grid(parts, quant::fp8_decode_row_blocks(p));
   fp8_split_kernel<DC, DR><<<grid, kThreads, smem, stream>>>(p, po, w.info, w.offsets, w.o_acc, w.lse_acc);
-  check_cuda(cudaGetLastError(), "fp8 decode split launch");
+  cuda::check(cudaGetLastError(), "fp8 decode split launch", "mla decode");
 }
 
 template <int DR>
@@ -375,7 +367,7 @@ bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
   return (p.d_c == 128 || p.d_c == 256 || p.d_c == 512) && (p.d_r == 32 || p.d_r == 64);
 }
 
-int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(sm_count(), p); }
+int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(detail::sm_count(), p); }
 
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query) {
   const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);

@@ -354,7 +354,7 @@ void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int
   const size_t smem = NCfg<DC, DR, N>::smem();
   detail::set_smem_limit_once(narrow_split_kernel<DC, DR, N>, smem, smem_set, "fp8 narrow decode smem attribute");
   narrow_split_kernel<DC, DR, N><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
-  detail::check_cuda(cudaGetLastError(), "fp8 narrow decode split launch");
+  cuda::check(cudaGetLastError(), "fp8 narrow decode split launch", "mla decode");
 }
 
 template <int DC, int DR>

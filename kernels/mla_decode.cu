@@ -27,16 +27,7 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
 
 }  // namespace detail
 
-namespace {
-int sm_count() {
-  int dev = 0, sms = 0;
-  detail::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  detail::check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
-  return sms;
-}
-}  // namespace
-
-int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts(sm_count(), p); }
+int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts(detail::sm_count(), p); }
 
 size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
   const int parts = p.num_parts > 0 ? p.num_parts : decode_parts_for_device(p);
