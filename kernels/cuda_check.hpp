@@ -1,6 +1,8 @@
 #pragma once
-// Host-side CUDA helpers shared by the CUDA backends of lib/verify: one error check (what failed and
-// cudaGetErrorString) and one device-buffer RAII type. Header-only, plain C++ (no device code).
+// Host-side CUDA helpers for everything that calls the runtime (the kernels' launchers, the CUDA
+// backends of lib/verify, the NCCL communicator, mla-bench, the GPU tests): one error check (what
+// failed and cudaGetErrorString), one device-buffer RAII type, the device's multiprocessor count
+// and the once-per-kernel shared-memory limit. Header-only, plain C++ (no device code).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +20,23 @@ namespace mla::cuda {
 inline void check(cudaError_t e, std::string_view what, std::string_view prefix = "CUDA") {
   if (e != cudaSuccess)
     throw Error(std::string(prefix) + ": " + std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Multiprocessors of the current device (default split counts scale with it).
+inline int sm_count() {
+  int dev = 0, sms = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
+  return sms;
+}
+
+// Raises a kernel's dynamic shared-memory limit to `bytes` on its first launch; `done` is a static
+// flag at the call site, one per kernel instantiation. `what` names the kernel in the error.
+template <class Kernel>
+void set_smem_limit_once(Kernel kernel, size_t bytes, bool& done, std::string_view what) {
+  if (done) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+  done = true;
 }
 
 // `count` elements of T on the current device (at least one element is allocated, so ptr is never

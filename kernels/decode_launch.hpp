@@ -18,13 +18,10 @@
 
 namespace mla::kernels::detail {
 
-// Multiprocessors of the current device (the default split-KV part count scales with it).
-inline int sm_count() {
-  int dev = 0, sms = 0;
-  cuda::check(cudaGetDevice(&dev), "cudaGetDevice", "mla decode");
-  cuda::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count", "mla decode");
-  return sms;
-}
+// Old spellings still used by kernels/kv4_decode.cu (not yet committed); the other decode paths
+// call cuda::check and cuda::set_smem_limit_once (kernels/cuda_check.hpp). Remove with its last user.
+inline void check_cuda(cudaError_t e, const char* what) { cuda::check(e, what, "mla decode"); }
+using cuda::set_smem_limit_once;
 
 // Launches kernel on `stream`; with pdl, as a programmatic dependent launch (it may start while
 // the previous kernel runs and calls griddep_wait() before reading that kernel's output).
@@ -42,15 +39,6 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
   cuda::check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what, "mla decode");
-}
-
-// Raises a kernel's dynamic shared-memory limit once (the first launch of that instantiation).
-template <class Kernel>
-void set_smem_limit_once(Kernel kernel, size_t bytes, bool& done, const char* what) {
-  if (done) return;
-  cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what,
-              "mla decode");
-  done = true;
 }
 
 // The workspace, carved as quant::decode_workspace_bytes counts it.

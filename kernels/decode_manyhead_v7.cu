@@ -169,7 +169,8 @@ template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   static bool attr_set = false;
   auto kernel = decode_split_v7_kernel<DC>;
-  set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "cudaFuncSetAttribute(many-head path v7)");
+  cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
+                            "mla decode split kernel (many-head path v7) smem limit");
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
          "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);

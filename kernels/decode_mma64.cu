@@ -293,7 +293,8 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
   using C = SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
   auto kernel = decode_split_kernel<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
   static bool attr_set = false;  // the largest supported d_r (128) sets the ceiling once
-  set_smem_limit_once(kernel, C::smem_bytes(DC + 128), attr_set, "cudaFuncSetAttribute(mma.sync 64-row path)");
+  cuda::set_smem_limit_once(kernel, C::smem_bytes(DC + 128), attr_set,
+                            "mla decode split kernel (mma.sync 64-row path) smem limit");
   launch(kernel, dim3(p.num_parts, row_blocks), dim3(C::kThreads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
          "split kernel (mma.sync 64-row path) launch", p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);

@@ -345,7 +345,7 @@ void launch_split(const quant::Fp8DecodeParams& p, const quant::Bf16DecodeParams
                   int parts, cudaStream_t stream) {
   static bool smem_set = false;
   const size_t smem = Cfg<DC, DR>::smem();
-  detail::set_smem_limit_once(fp8_split_kernel<DC, DR>, smem, smem_set, "fp8 decode smem attribute");
+  cuda::set_smem_limit_once(fp8_split_kernel<DC, DR>, smem, smem_set, "fp8 decode split kernel smem limit");
   const dim3 grid(parts, quant::fp8_decode_row_blocks(p));
   fp8_split_kernel<DC, DR><<<grid, kThreads, smem, stream>>>(p, po, w.info, w.offsets, w.o_acc, w.lse_acc);
   cuda::check(cudaGetLastError(), "fp8 decode split launch", "mla decode");
@@ -367,7 +367,7 @@ bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
   return (p.d_c == 128 || p.d_c == 256 || p.d_c == 512) && (p.d_r == 32 || p.d_r == 64);
 }
 
-int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(detail::sm_count(), p); }
+int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(cuda::sm_count(), p); }
 
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query) {
   const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);

@@ -352,7 +352,8 @@ template <int DC, int DR, int N>
 void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
   static bool smem_set = false;
   const size_t smem = NCfg<DC, DR, N>::smem();
-  detail::set_smem_limit_once(narrow_split_kernel<DC, DR, N>, smem, smem_set, "fp8 narrow decode smem attribute");
+  cuda::set_smem_limit_once(narrow_split_kernel<DC, DR, N>, smem, smem_set,
+                            "fp8 narrow decode split kernel smem limit");
   narrow_split_kernel<DC, DR, N><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
   cuda::check(cudaGetLastError(), "fp8 narrow decode split launch", "mla decode");
 }

@@ -27,7 +27,7 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
 
 }  // namespace detail
 
-int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts(detail::sm_count(), p); }
+int decode_parts_for_device(const Bf16DecodeParams& p) { return quant::decode_default_parts(cuda::sm_count(), p); }
 
 size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
   const int parts = p.num_parts > 0 ? p.num_parts : decode_parts_for_device(p);
