@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace mla::kernels {
 namespace {
@@ -38,8 +39,7 @@ void cache_append_bf16(const CacheAppendParams& p, cudaStream_t stream) {
   if (p.max_pages < 1) bad("max_pages = " + std::to_string(p.max_pages));
   if (p.num_pages < 1) bad("num_pages = " + std::to_string(p.num_pages));
   cache_append_kernel<<<dim3(p.n_new, p.batch), 64, 0, stream>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string("cache append launch: ") + cudaGetErrorString(e));
+  cuda::check(cudaGetLastError(), "cache append launch");
 }
 
 }  // namespace mla::kernels

@@ -6,6 +6,7 @@
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/mla_decode.hpp"
+#include "kernels/tensor_map.hpp"
 
 namespace mla::kernels {
 namespace detail {
@@ -67,23 +68,6 @@ __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const in
   }
 }
 
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiledFn encode_tiled() {
-  static EncodeTiledFn fn = nullptr;
-  if (fn == nullptr) {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cuda::check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q),
-                "driver entry point cuTensorMapEncodeTiled", "mla decode");
-    if (f == nullptr || q != cudaDriverEntryPointSuccess) throw Error("mla decode: cuTensorMapEncodeTiled not found");
-    fn = reinterpret_cast<EncodeTiledFn>(f);
-  }
-  return fn;
-}
 // The cache as a 2-D tensor [num_pages * page_size rows, d_c + d_r] bf16; box 64 columns x
 // box_rows tokens (the path's tile: 32 for v4/v5, 64 for v6), 128-byte swizzle (the wgmma K-major layout); columns past d_c + d_r read as zeros.
 CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
@@ -93,9 +77,10 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
   const cuuint64_t gstride[1] = {dim * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache), gdim,
-                                    gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = cuda::encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache),
+                                          gdim, gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) throw Error("mla decode: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
   return m;
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "quant/fp8_cache_layout.hpp"
 
 namespace mla::kernels {
@@ -93,11 +94,6 @@ __global__ void fp8_query_kernel(const uint16_t* q, int rows, int d_c, int d_r, 
       [&](int c, uint16_t v) { q_rope[rr * d_r + c] = v; }, [&](float s) { q_scale[r] = s; });
 }
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
 }  // namespace
 
 void fp8_cache_append(const Fp8AppendParams& p, cudaStream_t stream) {
@@ -114,7 +110,7 @@ void fp8_cache_append(const Fp8AppendParams& p, cudaStream_t stream) {
   if (p.page_size < 1) bad("page_size = " + std::to_string(p.page_size));
   const dim3 grid((p.n_new + kWarpsPerBlock - 1) / kWarpsPerBlock, std::min(p.batch, 65535));
   fp8_append_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(p);
-  check_launch("fp8 cache append launch");
+  cuda::check(cudaGetLastError(), "fp8 cache append launch");
 }
 
 void fp8_quantize_query(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope, float* q_scale,
@@ -124,7 +120,7 @@ void fp8_quantize_query(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* 
   if (d_c < 1 || d_r < 0) throw InputError("fp8 query quantisation: d_c = " + std::to_string(d_c) + ", d_r = " + std::to_string(d_r));
   fp8_query_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8,
                                                                                                      q_rope, q_scale);
-  check_launch("fp8 query quantisation launch");
+  cuda::check(cudaGetLastError(), "fp8 query quantisation launch");
 }
 
 }  // namespace mla::kernels

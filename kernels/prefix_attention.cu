@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/prefix_attention.hpp"
 #include "kernels/prefix_device.cuh"
 
@@ -217,17 +218,11 @@ template <int DQK, int DV>
 void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
   static bool smem_set = false;
   constexpr size_t smem = attn_smem_bytes<DQK, DV>();
-  if (!smem_set) {
-    const cudaError_t e = cudaFuncSetAttribute(prefix_attn_kernel<DQK, DV>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) throw Error(std::string("prefix attention: smem limit: ") + cudaGetErrorString(e));
-    smem_set = true;
-  }
+  cuda::set_smem_limit_once(prefix_attn_kernel<DQK, DV>, smem, smem_set, "prefix attention: smem limit");
   const int per_split = split_tokens(p);
   const dim3 grid((p.rows + kRows - 1) / kRows, p.splits, p.heads);
   prefix_attn_kernel<DQK, DV><<<grid, kThreads, smem, stream>>>(p, per_split);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string("prefix attention: launch: ") + cudaGetErrorString(e));
+  cuda::check(cudaGetLastError(), "prefix attention: launch");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "kernels/decode_device.cuh"
 #include "kernels/prefix_attention.hpp"
 #include "kernels/prefix_device.cuh"
+#include "kernels/tensor_map.hpp"
 #include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels::prefix {
@@ -308,23 +309,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiledFn encode_tiled() {
-  static EncodeTiledFn fn = nullptr;
-  if (fn == nullptr) {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess || f == nullptr || q != cudaDriverEntryPointSuccess)
-      throw Error("prefix attention: driver entry point cuTensorMapEncodeTiled not found");
-    fn = reinterpret_cast<EncodeTiledFn>(f);
-  }
-  return fn;
-}
-
 // x [tokens, heads, cols] bf16 as a 3-D tensor (cols, heads, tokens); box 64 columns x 1 head x
 // 64 tokens with the 128-byte swizzle; tokens past `tokens` read as zeros.
 CUtensorMap make_map(const uint16_t* x, int cols, int heads, int tokens, const char* what) {
@@ -334,9 +318,9 @@ CUtensorMap make_map(const uint16_t* x, int cols, int heads, int tokens, const c
   const cuuint64_t gstride[2] = {static_cast<cuuint64_t>(cols) * 2, static_cast<cuuint64_t>(cols) * heads * 2};
   const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(kTile)};
   const cuuint32_t estr[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(x), gdim, gstride,
-                                    box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = cuda::encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(x), gdim,
+                                          gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(std::string("prefix attention: cuTensorMapEncodeTiled failed for ") + what + " (" + std::to_string(r) +
                 "; the tensor must be 16-byte aligned)");
@@ -350,18 +334,12 @@ void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStre
     throw InputError("prefix attention (wgmma): (d_n + d_r, d_v) = (" + std::to_string(p.d_n + p.d_r) + ", " +
                      std::to_string(p.d_v) + ") (supported: (192, 128))");
   static bool smem_set = false;
-  if (!smem_set) {
-    const cudaError_t e = cudaFuncSetAttribute(prefix_attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(kSmemBytes));
-    if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): smem limit: ") + cudaGetErrorString(e));
-    smem_set = true;
-  }
+  cuda::set_smem_limit_once(prefix_attn_wgmma_kernel, kSmemBytes, smem_set, "prefix attention (wgmma): smem limit");
   const CUtensorMap km = make_map(p.k, kDqk, p.heads, p.prefix_len, "K");
   const CUtensorMap vm = make_map(p.v, kDv, p.heads, p.prefix_len, "V");
   const dim3 grid((p.rows + quant::kPrefixRowsPerBlock - 1) / quant::kPrefixRowsPerBlock, p.splits, p.heads);
   prefix_attn_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(km, vm, p, per_split);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string("prefix attention (wgmma): launch: ") + cudaGetErrorString(e));
+  cuda::check(cudaGetLastError(), "prefix attention (wgmma): launch");
 }
 
 }  // namespace mla::kernels::prefix

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/prefix_attention.hpp"
 #include "kernels/prefix_device.cuh"
 
@@ -24,17 +25,6 @@ constexpr size_t gemm_smem_bytes() {
   return static_cast<size_t>(64 + NT) * 128;
 }
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw Error(std::string(what) + ": launch: " + cudaGetErrorString(e));
-}
-template <class Kernel>
-void raise_smem(Kernel k, size_t bytes, bool& done, const char* what) {
-  if (done) return;
-  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (e != cudaSuccess) throw Error(std::string(what) + ": smem limit: " + cudaGetErrorString(e));
-  done = true;
-}
 
 // grid (ceil(L_s / 64), heads). NT = d_n + d_v output columns per head.
 template <int DN, int DV, int DR>
@@ -143,20 +133,20 @@ template <int DN, int DV, int DR>
 void launch_decompress(const PrefixDecompressParams& p, cudaStream_t stream) {
   static bool done = false;
   constexpr size_t smem = gemm_smem_bytes<DN + DV>();
-  raise_smem(prefix_decompress_kernel<DN, DV, DR>, smem, done, "prefix decompress");
+  cuda::set_smem_limit_once(prefix_decompress_kernel<DN, DV, DR>, smem, done, "prefix decompress: smem limit");
   const dim3 grid((p.prefix_len + 63) / 64, p.heads);
   prefix_decompress_kernel<DN, DV, DR><<<grid, kThreads, smem, stream>>>(p);
-  check_launch("prefix decompress");
+  cuda::check(cudaGetLastError(), "prefix decompress: launch");
 }
 
 template <int DN, int DV>
 void launch_merge(const PrefixMergeParams& p, cudaStream_t stream) {
   static bool done = false;
   constexpr size_t smem = gemm_smem_bytes<DV>();
-  raise_smem(prefix_merge_kernel<DN, DV>, smem, done, "prefix merge");
+  cuda::set_smem_limit_once(prefix_merge_kernel<DN, DV>, smem, done, "prefix merge: smem limit");
   const dim3 grid((p.rows + 63) / 64, p.heads);
   prefix_merge_kernel<DN, DV><<<grid, kThreads, smem, stream>>>(p);
-  check_launch("prefix merge");
+  cuda::check(cudaGetLastError(), "prefix merge: launch");
 }
 
 }  // namespace

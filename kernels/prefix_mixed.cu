@@ -5,24 +5,14 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "kernels/cuda_check.hpp"
 #include "kernels/mla_decode.hpp"
 #include "kernels/prefix_attention.hpp"
 
 namespace mla::kernels {
-namespace {
-
-int device_sms() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    throw Error("mixed decode: cannot query the device's multiprocessor count");
-  return sms;
-}
-
-}  // namespace
-
 int mixed_prefix_splits(const MixedDecodeParams& p) {
   if (p.prefix_splits > 0) return p.prefix_splits;
-  return quant::prefix_default_splits(p.suffix.batch * p.suffix.s_q, p.suffix.heads, p.prefix_len, device_sms());
+  return quant::prefix_default_splits(p.suffix.batch * p.suffix.s_q, p.suffix.heads, p.prefix_len, cuda::sm_count());
 }
 
 size_t mixed_prefix_workspace_bytes(const MixedDecodeParams& p) {
