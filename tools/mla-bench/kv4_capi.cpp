@@ -1,0 +1,74 @@
+// C entry points to the 4-bit cache decode, for the peer benchmark driven from Python (ctypes,
+// tools/mla-bench/peer_kv4.py): ours and FlashMLA's BF16 dense decode run in one process on
+// caches holding the same values. Not a product interface: the C++ API is kernels/kv4_decode.hpp.
+#include <cstdio>
+#include <exception>
+
+#include "kernels/cuda_check.hpp"
+#include "kernels/kv4_decode.hpp"
+
+namespace {
+void set_error(char* err, size_t err_len, const char* what) {
+  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", what);
+}
+mla::quant::Bf16DecodeParams shape(int batch, int s_q, int heads, int d_c, int d_r) {
+  mla::quant::Bf16DecodeParams p;
+  p.batch = batch;
+  p.s_q = s_q;
+  p.heads = heads;
+  p.d_c = d_c;
+  p.d_r = d_r;
+  return p;
+}
+}  // namespace
+
+extern "C" {
+
+// Default parts for the shape on the current device (0 on error) and the workspace bytes.
+int mla_kv4_capi_parts(int batch, int s_q, int heads, int d_c, int d_r, size_t* workspace_bytes) {
+  try {
+    mla::kernels::Kv4DecodeParams kp;
+    kp.base = shape(batch, s_q, heads, d_c, d_r);
+    kp.base.num_parts = mla::quant::decode_default_parts(mla::cuda::sm_count(), kp.base);
+    *workspace_bytes = mla::kernels::kv4_decode_workspace_bytes_for(kp);
+    return kp.base.num_parts;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// kernels::mla_decode_kv4 on `stream` (format 0 = FP4, 1 = codebook with `levels`[16]); 0 on
+// success, else 1 with the message in err.
+int mla_kv4_capi_run(int format, const float* levels, const void* q, const void* cache, const int32_t* page_table,
+                     const int32_t* seqlens, void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r,
+                     int num_pages, int page_size, int max_pages, float scale, int num_parts, void* workspace,
+                     size_t workspace_bytes, void* stream, char* err, size_t err_len) {
+  try {
+    mla::kernels::Kv4DecodeParams kp;
+    kp.base = shape(batch, s_q, heads, d_c, d_r);
+    mla::quant::Bf16DecodeParams& p = kp.base;
+    p.q = static_cast<const uint16_t*>(q);
+    p.kv_cache = static_cast<const uint16_t*>(cache);
+    p.page_table = page_table;
+    p.seqlens = seqlens;
+    p.out = static_cast<uint16_t*>(out);
+    p.lse = lse;
+    p.num_pages = num_pages;
+    p.page_size = page_size;
+    p.max_pages = max_pages;
+    p.scale = scale;
+    p.num_parts = num_parts;
+    p.workspace = workspace;
+    p.workspace_bytes = workspace_bytes;
+    kp.format = format == 1 ? mla::kernels::Kv4Format::Codebook : mla::kernels::Kv4Format::Fp4;
+    if (levels != nullptr)
+      for (int i = 0; i < 16; ++i) kp.levels[i] = levels[i];
+    mla::kernels::mla_decode_kv4(kp, static_cast<cudaStream_t>(stream));
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+    return 1;
+  }
+}
+
+}  // extern "C"

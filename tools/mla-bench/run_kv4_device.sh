@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call for the 4-bit caches: builds (on the GPU machine) the GPU tests of the 4-bit
+# decode and of the BF16 decode (the memory-bound path's consumer code is shared) and the peer
+# library, runs the tests, then ours vs FlashMLA BF16 dense in one process (peer_kv4.py).
+# FlashMLA: the git-ignored .peer/ bundle (carry it).
+# Usage (GPU machine, repo root): OUT=/some/dir bash tools/mla-bench/run_kv4_device.sh
+# KV4_PEER_ARGS passes more arguments to peer_kv4.py (e.g. "--suite quick").
+set -uo pipefail
+OUT=${OUT:-/tmp/mla-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/smi.txt" 2>&1
+echo "build: $(date +%T)"
+cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/build.log" 2>&1 &&
+  cmake --build /tmp/b -j16 --target test_kernels_kv4_gpu test_kernels_decode_gpu mla_kv4_capi ${KV4_EXTRA_TARGETS:-} \
+    >> "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; }
+echo "built: $(date +%T)"
+bash tools/mla-bench/peer_unpack.sh > "$OUT/peer_unpack.log" 2>&1 || echo "peer_unpack failed (see peer_unpack.log)"
+for t in test_kernels_kv4_gpu test_kernels_decode_gpu; do
+  timeout 300 /tmp/b/tests/kernels/$t > "$OUT/$t.log" 2>&1
+  echo "$t rc=$? ($(date +%T))"
+  grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|Failure|differ|Which is|actual|Expected" "$OUT/$t.log" | cut -c1-220 | head -40
+done
+export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+timeout ${KV4_PEER_TIMEOUT:-300} python3 tools/mla-bench/peer_kv4.py --lib /tmp/b/tools/mla-bench/libmla_kv4_capi.so \
+  --json "$OUT/peer_kv4.json" ${KV4_PEER_ARGS:-} 2>&1 | tee "$OUT/peer_kv4.log"
+echo "done: $(date +%T)"
