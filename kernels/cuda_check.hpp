@@ -61,6 +61,13 @@ struct DeviceBuffer {
     if (ptr) cudaFree(ptr);
   }
 
+  size_t bytes() const { return count * sizeof(T); }
+  // The memory as another element type (mla-bench's byte buffers feed kernels of several types).
+  template <class U>
+  U* as() const {
+    return reinterpret_cast<U*>(ptr);
+  }
+
   // Copies v to the device, growing the buffer first if v is longer.
   void upload(const std::vector<T>& v) {
     if (v.size() > count) *this = DeviceBuffer(v.size());

@@ -7,8 +7,6 @@
 // pages followed by private pages (the prefix's partial last page copied, then b's own tokens);
 // the mixed step reads b's own tokens from their own pages and the prefix from its decompressed
 // K/V. Own pages are a random permutation of the pool.
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,84 +24,11 @@
 #include "kernels/mla_decode.hpp"
 #include "kernels/prefix_attention.hpp"
 #include "model/prefix_cost.hpp"
+#include "bench_device.hpp"
 #include "prefix_bench.hpp"
 
 namespace mla::bench {
 namespace {
-
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string("mla-bench --prefix: ") + what + ": " + cudaGetErrorString(e));
-}
-
-struct Buf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Buf(size_t n) : bytes(std::max<size_t>(n, 16)) { ck(cudaMalloc(&p, bytes), "cudaMalloc"); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-// Deterministic bf16 values uniform in [-amp, amp] (hash of the index).
-__global__ void fill_uniform(__nv_bfloat16* x, size_t n, uint32_t seed, float amp) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed + static_cast<uint32_t>(i >> 32));
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = __float2bfloat16(amp * ((static_cast<float>(h & 0xFFFFFF) / 8388608.f) - 1.f));
-  }
-}
-void fill(const Buf& b, size_t elems, uint32_t seed, float amp = 1.f) {
-  fill_uniform<<<2048, 256>>>(b.as<__nv_bfloat16>(), elems, seed, amp);
-  ck(cudaGetLastError(), "fill");
-}
-
-__global__ void read_stream(const uint4* x, size_t n, unsigned* sink) {
-  uint32_t acc = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint4 v = x[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9E3779B9u) *sink = acc;
-}
-
-class Timer {
- public:
-  explicit Timer(size_t l2) : flush_(2 * l2) {
-    ck(cudaEventCreate(&a_), "event");
-    ck(cudaEventCreate(&b_), "event");
-  }
-  ~Timer() {
-    cudaEventDestroy(a_);
-    cudaEventDestroy(b_);
-  }
-  template <class F>
-  double median_us(F&& fn, int runs, int warmup) {
-    for (int i = 0; i < warmup; ++i) fn();
-    std::vector<double> t;
-    for (int i = 0; i < runs; ++i) {
-      ck(cudaMemsetAsync(flush_.p, i & 0xFF, flush_.bytes), "L2 flush");
-      ck(cudaEventRecord(a_), "record");
-      fn();
-      ck(cudaEventRecord(b_), "record");
-      ck(cudaEventSynchronize(b_), "sync");
-      float ms = 0.f;
-      ck(cudaEventElapsedTime(&ms, a_, b_), "elapsed");
-      t.push_back(ms * 1e3);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  }
-
- private:
-  Buf flush_;
-  cudaEvent_t a_, b_;
-};
 
 // This file is C++17 (CUDA_STANDARD 17), core/dtype.hpp is C++20.
 float bf16_value(uint16_t b) {
@@ -113,59 +38,26 @@ float bf16_value(uint16_t b) {
   return f;
 }
 
-struct Ceilings {
-  double copy_gbs = 0, read_gbs = 0, gemm_tflops = 0;
-};
-
-Ceilings measure_ceilings(Timer& timer, int sms) {
-  Ceilings c;
-  const size_t bytes = size_t(1) << 30;
-  {
-    Buf src(bytes), dst(bytes), sink(16);
-    ck(cudaMemset(src.p, 1, bytes), "memset");
-    const double copy_us = timer.median_us([&] { ck(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice), "copy"); }, 15, 3);
-    const double read_us = timer.median_us([&] { read_stream<<<sms * 8, 512>>>(src.as<uint4>(), bytes / 16, sink.as<unsigned>()); }, 15, 3);
-    c.copy_gbs = 2.0 * bytes / (copy_us * 1e-6) / 1e9;
-    c.read_gbs = double(bytes) / (read_us * 1e-6) / 1e9;
-  }
-  const int n = 8192;
-  Buf a(size_t(n) * n * 2), b(size_t(n) * n * 2), d(size_t(n) * n * 2);
-  fill(a, size_t(n) * n, 1);
-  fill(b, size_t(n) * n, 2);
-  cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
-  const float one = 1.f, zero = 0.f;
-  auto gemm = [&] {
-    if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n, &zero, d.p,
-                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
-      throw Error("cublasGemmEx failed");
-  };
-  const double us = timer.median_us(gemm, 15, 3);
-  cublasDestroy(h);
-  c.gemm_tflops = 2.0 * n * n * double(n) / (us * 1e-6) / 1e12;
-  return c;
-}
-
 constexpr int kDc = 512, kDr = 64, kDn = 128, kDv = 128;
 
 // One (H, L_s) prefix: latent rows in shared pages, kv_b_proj, the decompressed K/V.
 struct Prefix {
   int heads, len, page, pages;
-  Buf latent, kv_b, k, v;
+  DeviceBytes latent, kv_b, k, v;
   std::vector<int32_t> table;
-  Buf d_table;
+  cuda::DeviceBuffer<int32_t> d_table;
   double decompress_us = 0;
-  Prefix(int H, int L, int page_size, Timer& timer)
+  Prefix(int H, int L, int page_size, L2FlushTimer& timer)
       : heads(H), len(L), page(page_size), pages((L + page_size - 1) / page_size),
         latent(size_t(pages) * page_size * (kDc + kDr) * 2), kv_b(size_t(H) * (kDn + kDv) * kDc * 2),
-        k(size_t(L) * H * (kDn + kDr) * 2), v(size_t(L) * H * kDv * 2), table(pages), d_table(size_t(pages) * 4) {
-    fill(latent, size_t(pages) * page * (kDc + kDr), 11);
-    fill(kv_b, size_t(H) * (kDn + kDv) * kDc, 12, std::sqrt(3.f / kDc));
+        k(size_t(L) * H * (kDn + kDr) * 2), v(size_t(L) * H * kDv * 2), table(pages), d_table(pages) {
+    fill_bf16(latent.ptr, size_t(pages) * page * (kDc + kDr), 11);
+    fill_bf16(kv_b.ptr, size_t(H) * (kDn + kDv) * kDc, 12, std::sqrt(3.f / kDc));
     std::iota(table.begin(), table.end(), 0);
-    ck(cudaMemcpy(d_table.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "upload");
+    d_table.upload(table);
     quant::PrefixDecompressParams p;
     p.kv_cache = latent.as<uint16_t>();
-    p.page_table = d_table.as<int32_t>();
+    p.page_table = d_table.ptr;
     p.kv_b = kv_b.as<uint16_t>();
     p.k = k.as<uint16_t>();
     p.v = v.as<uint16_t>();
@@ -192,7 +84,7 @@ struct Timing {
 };
 
 // Times one batch on a prefix: the mixed step (forced), absorb-only (forced) and their parts.
-Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer, bool parts) {
+Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, L2FlushTimer& timer, bool parts) {
   const int H = pre.heads, page = pre.page, dim = kDc + kDr;
   const int shared_pages = pre.len / page;                       // whole prefix pages, shared
   const int private_tokens = pre.len - shared_pages * page + o.suffix;  // prefix tail copy + own tokens
@@ -200,9 +92,10 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
   const int own_pages = (o.suffix + page - 1) / page;
   // Pool: [prefix pages (the Prefix's own buffer is separate) | own pages | private pages].
   const long long pool_pages = static_cast<long long>(pre.pages) + static_cast<long long>(B) * (own_pages + private_pages);
-  Buf pool(size_t(pool_pages) * page * dim * 2);
-  fill(pool, size_t(pool_pages) * page * dim, 21);
-  ck(cudaMemcpy(pool.p, pre.latent.p, size_t(pre.pages) * page * dim * 2, cudaMemcpyDeviceToDevice), "copy prefix");
+  DeviceBytes pool(size_t(pool_pages) * page * dim * 2);
+  fill_bf16(pool.ptr, size_t(pool_pages) * page * dim, 21);
+  cuda::check(cudaMemcpy(pool.ptr, pre.latent.ptr, size_t(pre.pages) * page * dim * 2, cudaMemcpyDeviceToDevice),
+              "copy prefix");
   std::vector<int32_t> perm(static_cast<size_t>(B) * (own_pages + private_pages));
   std::iota(perm.begin(), perm.end(), pre.pages);
   std::mt19937_64 rng(42 + B);
@@ -216,16 +109,13 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     for (int i = 0; i < private_pages; ++i) full_table[size_t(b) * full_max + shared_pages + i] = perm[next++];
   }
   std::vector<int32_t> own_len(B, o.suffix), full_len(B, pre.len + o.suffix);
-  Buf d_own_table(own_table.size() * 4), d_full_table(full_table.size() * 4), d_own_len(B * 4), d_full_len(B * 4);
-  ck(cudaMemcpy(d_own_table.p, own_table.data(), own_table.size() * 4, cudaMemcpyHostToDevice), "upload");
-  ck(cudaMemcpy(d_full_table.p, full_table.data(), full_table.size() * 4, cudaMemcpyHostToDevice), "upload");
-  ck(cudaMemcpy(d_own_len.p, own_len.data(), B * 4, cudaMemcpyHostToDevice), "upload");
-  ck(cudaMemcpy(d_full_len.p, full_len.data(), B * 4, cudaMemcpyHostToDevice), "upload");
+  const cuda::DeviceBuffer<int32_t> d_own_table(own_table), d_full_table(full_table), d_own_len(own_len),
+      d_full_len(full_len);
   const size_t rows = size_t(B) * o.s_q;
-  Buf q_abs(rows * H * dim * 2), q_naive(rows * H * (kDn + kDr) * 2), o_lat(rows * H * kDc * 2), lse_lat(rows * H * 4),
-      out(rows * H * kDv * 2), lse(rows * H * 4);
-  fill(q_abs, rows * H * dim, 31, 0.05f);
-  fill(q_naive, rows * H * (kDn + kDr), 32);
+  DeviceBytes q_abs(rows * H * dim * 2), q_naive(rows * H * (kDn + kDr) * 2), o_lat(rows * H * kDc * 2),
+      lse_lat(rows * H * 4), out(rows * H * kDv * 2), lse(rows * H * 4);
+  fill_bf16(q_abs.ptr, rows * H * dim, 31, 0.05f);
+  fill_bf16(q_naive.ptr, rows * H * (kDn + kDr), 32);
 
   quant::MixedDecodeParams p;
   for (quant::Bf16DecodeParams* d : {&p.suffix, &p.full}) {
@@ -242,17 +132,18 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     d->page_size = page;
     d->scale = 1.f / std::sqrt(float(kDn + kDr));
   }
-  p.suffix.page_table = d_own_table.as<int32_t>();
-  p.suffix.seqlens = d_own_len.as<int32_t>();
+  p.suffix.page_table = d_own_table.ptr;
+  p.suffix.seqlens = d_own_len.ptr;
   p.suffix.max_pages = own_pages;
-  p.full.page_table = d_full_table.as<int32_t>();
-  p.full.seqlens = d_full_len.as<int32_t>();
+  p.full.page_table = d_full_table.ptr;
+  p.full.seqlens = d_full_len.ptr;
   p.full.max_pages = full_max;
-  Buf ws_suffix(kernels::decode_workspace_bytes_for(p.suffix)), ws_full(kernels::decode_workspace_bytes_for(p.full));
-  p.suffix.workspace = ws_suffix.p;
-  p.suffix.workspace_bytes = ws_suffix.bytes;
-  p.full.workspace = ws_full.p;
-  p.full.workspace_bytes = ws_full.bytes;
+  DeviceBytes ws_suffix(kernels::decode_workspace_bytes_for(p.suffix));
+  DeviceBytes ws_full(kernels::decode_workspace_bytes_for(p.full));
+  p.suffix.workspace = ws_suffix.ptr;
+  p.suffix.workspace_bytes = ws_suffix.bytes();
+  p.full.workspace = ws_full.ptr;
+  p.full.workspace_bytes = ws_full.bytes();
   p.q_naive = q_naive.as<uint16_t>();
   p.prefix_k = pre.k.as<uint16_t>();
   p.prefix_v = pre.v.as<uint16_t>();
@@ -263,9 +154,9 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
   p.out = out.as<uint16_t>();
   p.lse = lse.as<float>();
   p.b_theta = 0.0;  // mixed
-  Buf ws_prefix(kernels::mixed_prefix_workspace_bytes(p));
-  p.prefix_workspace = ws_prefix.p;
-  p.prefix_workspace_bytes = ws_prefix.bytes;
+  DeviceBytes ws_prefix(kernels::mixed_prefix_workspace_bytes(p));
+  p.prefix_workspace = ws_prefix.ptr;
+  p.prefix_workspace_bytes = ws_prefix.bytes();
 
   Timing t;
   t.batch = B;
@@ -282,7 +173,7 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
   std::sort(ta.begin(), ta.end());
   t.mixed_us = tm[1];
   t.absorb_us = ta[1];
-  ck(cudaDeviceSynchronize(), "mixed decode");
+  cuda::check(cudaDeviceSynchronize(), "mixed decode");
   if (parts) {
     t.absorb_core_us = timer.median_us([&] { kernels::mla_decode_bf16(p.full, nullptr); }, o.runs, 1);
     t.suffix_us = timer.median_us([&] { kernels::mla_decode_bf16(p.suffix, nullptr); }, o.runs, 1);
@@ -318,11 +209,11 @@ Timing time_batch(const Prefix& pre, int B, const PrefixOptions& o, Timer& timer
     mp.part_lse = ap.part_lse;
     mp.splits = t.splits;
     t.merge_us = timer.median_us([&] { kernels::prefix_merge_bf16(mp, nullptr); }, o.runs, 1);
-    ck(cudaDeviceSynchronize(), "parts");
+    cuda::check(cudaDeviceSynchronize(), "parts");
     std::vector<uint16_t> host(rows * H * kDv);
-    ck(cudaMemset(out.p, 0xFF, out.bytes), "poison");
+    cuda::check(cudaMemset(out.ptr, 0xFF, out.bytes()), "poison");
     kernels::mixed_decode_bf16(p, nullptr);
-    ck(cudaMemcpy(host.data(), out.p, host.size() * 2, cudaMemcpyDeviceToHost), "download");
+    cuda::check(cudaMemcpy(host.data(), out.ptr, host.size() * 2, cudaMemcpyDeviceToHost), "download");
     for (uint16_t v : host) t.nonfinite += std::isfinite(bf16_value(v)) ? 0 : 1;
   }
   return t;
@@ -345,11 +236,11 @@ std::string run_prefix_bench(const PrefixOptions& o) {
   if (o.suffix < o.s_q) throw InputError("--suffix = " + std::to_string(o.suffix) + " must be >= s_q");
   nlohmann::json j;
   int dev = 0;
-  ck(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
   cudaDeviceProp prop{};
-  ck(cudaGetDeviceProperties(&prop, dev), "device properties");
-  Timer timer(static_cast<size_t>(prop.l2CacheSize));
-  const Ceilings c = measure_ceilings(timer, prop.multiProcessorCount);
+  cuda::check(cudaGetDeviceProperties(&prop, dev), "device properties");
+  L2FlushTimer timer(static_cast<size_t>(prop.l2CacheSize));
+  const Ceilings c = measure_ceilings(timer, prop.multiProcessorCount, 15);
   j["device"] = prop.name;
   j["sms"] = prop.multiProcessorCount;
   j["copy_gbs"] = c.copy_gbs;

@@ -26,6 +26,7 @@
 #if MLA_HAVE_NCCL
 #include <nccl.h>
 
+#include "bench_device.hpp"
 #include "kernels/mla_decode.hpp"
 #endif
 
@@ -37,38 +38,11 @@ namespace {
 // DeepSeek-V3 attention shapes.
 constexpr int kD = 7168, kH = 128, kQLora = 1536, kDn = 128, kDr = 64, kDv = 128, kDc = 512, kLayers = 61;
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 void ckb(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
 }
 void ckn(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(std::string(what) + ": " + ncclGetErrorString(r));
-}
-
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { ck(cudaMalloc(&p, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-__global__ void fill_bf16(__nv_bfloat16* x, size_t n, uint32_t seed, float amp) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed + static_cast<uint32_t>(i >> 32));
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = __float2bfloat16(amp * ((static_cast<float>(h & 0xFFFFFF) / 8388608.f) - 1.f));
-  }
-}
-void fill(void* p, size_t n, uint32_t seed, float amp, cudaStream_t s) {
-  fill_bf16<<<1024, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, amp);
-  ck(cudaGetLastError(), "fill");
 }
 
 // DCP merge of one rank's partial output: out[row] *= exp(lse_own - lse_total), lse_total the
@@ -142,41 +116,42 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Per-device ceilings measured in the same run.
-struct Ceilings {
+// One rank's ceilings, timed on its own stream while the other ranks measure theirs (8 runs, the
+// first 2 dropped, no L2 flush; bench_device.hpp's measure_ceilings times one device alone).
+struct RankCeilings {
   double copy_gbs = 0, gemm_tflops = 0;
 };
 
-Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t cb) {
-  Ceilings c;
+RankCeilings measure_rank_ceilings(cudaStream_t s, cublasHandle_t cb) {
+  RankCeilings c;
   cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
+  cuda::check(cudaEventCreate(&a), "event");
+  cuda::check(cudaEventCreate(&b), "event");
   auto time_ms = [&](auto&& fn) {
-    ck(cudaEventRecord(a, s), "record");
+    cuda::check(cudaEventRecord(a, s), "record");
     fn();
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
+    cuda::check(cudaEventRecord(b, s), "record");
+    cuda::check(cudaEventSynchronize(b), "sync");
     float ms = 0;
-    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    cuda::check(cudaEventElapsedTime(&ms, a, b), "elapsed");
     return static_cast<double>(ms);
   };
   {
     const size_t bytes = size_t(1) << 30;
-    Buf x(bytes), y(bytes);
+    DeviceBytes x(bytes), y(bytes);
     std::vector<double> t;
     for (int i = 0; i < 8; ++i)
-      t.push_back(time_ms([&] { ck(cudaMemcpyAsync(y.p, x.p, bytes, cudaMemcpyDeviceToDevice, s), "copy"); }));
+      t.push_back(time_ms([&] { cuda::check(cudaMemcpyAsync(y.ptr, x.ptr, bytes, cudaMemcpyDeviceToDevice, s), "copy"); }));
     t.erase(t.begin(), t.begin() + 2);
     c.copy_gbs = 2.0 * bytes / (median(t) * 1e-3) / 1e9;  // bytes read + written
   }
   {
     const int n = 8192;
-    Buf A(size_t(n) * n * 2), B(size_t(n) * n * 2), C(size_t(n) * n * 2);
-    fill(A.p, size_t(n) * n, 1, 1.f, s);
-    fill(B.p, size_t(n) * n, 2, 1.f, s);
+    DeviceBytes A(size_t(n) * n * 2), B(size_t(n) * n * 2), C(size_t(n) * n * 2);
+    fill_bf16(A.ptr, size_t(n) * n, 1, 1.f, s);
+    fill_bf16(B.ptr, size_t(n) * n, 2, 1.f, s);
     std::vector<double> t;
-    for (int i = 0; i < 8; ++i) t.push_back(time_ms([&] { linear(cb, A.p, B.p, C.p, n, n, n); }));
+    for (int i = 0; i < 8; ++i) t.push_back(time_ms([&] { linear(cb, A.ptr, B.ptr, C.ptr, n, n, n); }));
     t.erase(t.begin(), t.begin() + 2);
     c.gemm_tflops = 2.0 * n * n * double(n) / (median(t) * 1e-3) / 1e12;
   }
@@ -211,27 +186,27 @@ RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm
   const size_t n_qb = size_t(Hr) * (kDn + kDr) * kQLora, n_uk = size_t(Hr) * kDn * dc, n_uv = size_t(Hr) * kDv * dc,
                n_o = size_t(kD) * Hr * kDv;
   res.weight_bytes = 2 * (n_qb + n_uk + n_uv + n_o);
-  Buf w_qb(2 * n_qb), w_uk(2 * n_uk), w_uv(2 * n_uv), w_o(2 * n_o);
-  Buf kv(res.kv_bytes), qa(size_t(B) * kQLora * 2), qfull(size_t(B) * Hr * (kDn + kDr) * 2), q(size_t(B) * Hr * dim * 2),
+  DeviceBytes w_qb(2 * n_qb), w_uk(2 * n_uk), w_uv(2 * n_uv), w_o(2 * n_o);
+  DeviceBytes kv(res.kv_bytes), qa(size_t(B) * kQLora * 2), qfull(size_t(B) * Hr * (kDn + kDr) * 2), q(size_t(B) * Hr * dim * 2),
       out(size_t(B) * Hr * dc * 2), lse(size_t(B) * Hr * 4), lse_all(size_t(tp) * B * Hr * 4), o_heads(size_t(B) * Hr * kDv * 2),
       y(size_t(B) * kD * 2), nrm(size_t(B) * 4), flush(2 * l2_bytes);
   const float inv = 1.f / std::sqrt(float(kQLora));
-  fill(w_qb.p, n_qb, 11 + rank, inv, s);
-  fill(w_uk.p, n_uk, 12 + rank, 1.f / std::sqrt(float(kDn)), s);
-  fill(w_uv.p, n_uv, 13 + rank, 1.f / std::sqrt(float(dc)), s);
-  fill(w_o.p, n_o, 14 + rank, 1.f / std::sqrt(float(Hr * kDv)), s);
-  fill(kv.p, res.kv_bytes / 2, 15 + rank, 1.f, s);
-  fill(qa.p, size_t(B) * kQLora, 16, 1.f, s);
-  ck(cudaMemsetAsync(nrm.p, 0, size_t(B) * 4, s), "memset");
-  ck(cudaMemsetAsync(lse_all.p, 0, size_t(tp) * B * Hr * 4, s), "memset");  // rows of absent ranks (--tp-one-gpu)
+  fill_bf16(w_qb.ptr, n_qb, 11 + rank, inv, s);
+  fill_bf16(w_uk.ptr, n_uk, 12 + rank, 1.f / std::sqrt(float(kDn)), s);
+  fill_bf16(w_uv.ptr, n_uv, 13 + rank, 1.f / std::sqrt(float(dc)), s);
+  fill_bf16(w_o.ptr, n_o, 14 + rank, 1.f / std::sqrt(float(Hr * kDv)), s);
+  fill_bf16(kv.ptr, res.kv_bytes / 2, 15 + rank, 1.f, s);
+  fill_bf16(qa.ptr, size_t(B) * kQLora, 16, 1.f, s);
+  cuda::check(cudaMemsetAsync(nrm.ptr, 0, size_t(B) * 4, s), "memset");
+  cuda::check(cudaMemsetAsync(lse_all.ptr, 0, size_t(tp) * B * Hr * 4, s), "memset");  // rows of absent ranks (--tp-one-gpu)
   // Random page placement, all requests at full length.
   std::vector<int32_t> perm(num_pages);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(7 + rank));
-  Buf table(num_pages * 4), seqlens(size_t(B) * 4);
-  ck(cudaMemcpyAsync(table.p, perm.data(), num_pages * 4, cudaMemcpyHostToDevice, s), "upload");
+  DeviceBytes table(num_pages * 4), seqlens(size_t(B) * 4);
+  cuda::check(cudaMemcpyAsync(table.ptr, perm.data(), num_pages * 4, cudaMemcpyHostToDevice, s), "upload");
   std::vector<int32_t> lens(B, sh.tokens);
-  ck(cudaMemcpyAsync(seqlens.p, lens.data(), size_t(B) * 4, cudaMemcpyHostToDevice, s), "upload");
+  cuda::check(cudaMemcpyAsync(seqlens.ptr, lens.data(), size_t(B) * 4, cudaMemcpyHostToDevice, s), "upload");
 
   quant::Bf16DecodeParams p;
   p.batch = B;
@@ -251,44 +226,44 @@ RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm
   p.lse = lse.as<float>();
   p.num_parts = kernels::decode_parts_for_device(p);
   const size_t ws_bytes = kernels::decode_workspace_bytes_for(p);
-  Buf ws(ws_bytes), err(4);
-  ck(cudaMemsetAsync(err.p, 0, 4, s), "memset");
-  p.workspace = ws.p;
+  DeviceBytes ws(ws_bytes), err(4);
+  cuda::check(cudaMemsetAsync(err.ptr, 0, 4, s), "memset");
+  p.workspace = ws.ptr;
   p.workspace_bytes = ws_bytes;
   p.error_flag = err.as<int>();
 
   const float one = 1.f, zero = 0.f;
   auto step = [&](cudaEvent_t* ev) {
     auto mark = [&](int k) {
-      if (ev) ck(cudaEventRecord(ev[k], s), "record");
+      if (ev) cuda::check(cudaEventRecord(ev[k], s), "record");
     };
     mark(0);
-    if (exact_norm) ckn(ncclAllReduce(nrm.p, nrm.p, B, ncclFloat32, ncclSum, comm, s), "norm all-reduce");
+    if (exact_norm) ckn(ncclAllReduce(nrm.ptr, nrm.ptr, B, ncclFloat32, ncclSum, comm, s), "norm all-reduce");
     mark(1);
-    linear(cb, qa.p, w_qb.p, qfull.p, B, Hr * (kDn + kDr), kQLora);
-    ckb(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, dc, B, kDn, &one, w_uk.p, CUDA_R_16BF, dc,
-                                   size_t(kDn) * dc, qfull.p, CUDA_R_16BF, Hr * (kDn + kDr), kDn + kDr, &zero, q.p,
+    linear(cb, qa.ptr, w_qb.ptr, qfull.ptr, B, Hr * (kDn + kDr), kQLora);
+    ckb(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, dc, B, kDn, &one, w_uk.ptr, CUDA_R_16BF, dc,
+                                   size_t(kDn) * dc, qfull.ptr, CUDA_R_16BF, Hr * (kDn + kDr), kDn + kDr, &zero, q.ptr,
                                    CUDA_R_16BF, Hr * dim, dim, Hr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "W_UK absorption");
-    ck(cudaMemcpy2DAsync(q.as<__nv_bfloat16>() + dc, size_t(dim) * 2, qfull.as<__nv_bfloat16>() + kDn,
+    cuda::check(cudaMemcpy2DAsync(q.as<__nv_bfloat16>() + dc, size_t(dim) * 2, qfull.as<__nv_bfloat16>() + kDn,
                          size_t(kDn + kDr) * 2, size_t(kDr) * 2, size_t(B) * Hr, cudaMemcpyDeviceToDevice, s),
        "q_pe copy");
     mark(2);
     kernels::mla_decode_bf16(p, s);
     mark(3);
     if (dcp) {
-      ckn(ncclAllGather(lse.p, lse_all.p, size_t(B) * Hr, ncclFloat32, comm, s), "LSE all-gather");
+      ckn(ncclAllGather(lse.ptr, lse_all.ptr, size_t(B) * Hr, ncclFloat32, comm, s), "LSE all-gather");
       dcp_rescale<<<B * Hr, 64, 0, s>>>(out.as<__nv_bfloat16>(), lse_all.as<float>(), tp, B * Hr, dc, rank);
-      ck(cudaGetLastError(), "dcp_rescale");
+      cuda::check(cudaGetLastError(), "dcp_rescale");
     }
     mark(4);
-    ckb(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, kDv, B, dc, &one, w_uv.p, CUDA_R_16BF, dc,
-                                   size_t(kDv) * dc, out.p, CUDA_R_16BF, Hr * dc, dc, &zero, o_heads.p, CUDA_R_16BF,
+    ckb(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, kDv, B, dc, &one, w_uv.ptr, CUDA_R_16BF, dc,
+                                   size_t(kDv) * dc, out.ptr, CUDA_R_16BF, Hr * dc, dc, &zero, o_heads.ptr, CUDA_R_16BF,
                                    Hr * kDv, kDv, Hr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "W_UV expansion");
-    linear(cb, o_heads.p, w_o.p, y.p, B, kD, Hr * kDv);
+    linear(cb, o_heads.ptr, w_o.ptr, y.ptr, B, kD, Hr * kDv);
     mark(5);
-    ckn(ncclAllReduce(y.p, y.p, size_t(B) * kD, ncclBfloat16, ncclSum, comm, s), "o_proj all-reduce");
+    ckn(ncclAllReduce(y.ptr, y.ptr, size_t(B) * kD, ncclBfloat16, ncclSum, comm, s), "o_proj all-reduce");
     mark(6);
   };
   // NCCL payload per rank and step: ring all-reduce moves 2 (n-1)/n of the buffer each way.
@@ -296,28 +271,28 @@ RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm
   res.comm_bytes = ring * B * kD * 2 + (exact_norm ? ring * B * 4 : 0) + (dcp ? double(tp - 1) / tp * tp * B * Hr * 4 : 0);
 
   cudaEvent_t ev[kParts + 1];
-  for (auto& e : ev) ck(cudaEventCreate(&e), "event");
-  ck(cudaStreamSynchronize(s), "setup");
+  for (auto& e : ev) cuda::check(cudaEventCreate(&e), "event");
+  cuda::check(cudaStreamSynchronize(s), "setup");
   bar.wait();
   for (int i = 0; i < o.warmup; ++i) step(nullptr);
-  ck(cudaStreamSynchronize(s), "warm-up");
+  cuda::check(cudaStreamSynchronize(s), "warm-up");
   std::vector<std::vector<double>> parts(kParts);
   std::vector<double> steps;
   for (int i = 0; i < o.runs; ++i) {
-    ck(cudaMemsetAsync(flush.p, i & 0xFF, 2 * l2_bytes, s), "L2 flush");
+    cuda::check(cudaMemsetAsync(flush.ptr, i & 0xFF, 2 * l2_bytes, s), "L2 flush");
     step(ev);
-    ck(cudaEventSynchronize(ev[kParts]), "step");
+    cuda::check(cudaEventSynchronize(ev[kParts]), "step");
     for (int k = 0; k < kParts; ++k) {
       float ms = 0;
-      ck(cudaEventElapsedTime(&ms, ev[k], ev[k + 1]), "elapsed");
+      cuda::check(cudaEventElapsedTime(&ms, ev[k], ev[k + 1]), "elapsed");
       parts[k].push_back(ms * 1e3);
     }
     float ms = 0;
-    ck(cudaEventElapsedTime(&ms, ev[0], ev[kParts]), "elapsed");
+    cuda::check(cudaEventElapsedTime(&ms, ev[0], ev[kParts]), "elapsed");
     steps.push_back(ms * 1e3);
   }
   int flag = 0;
-  ck(cudaMemcpy(&flag, err.p, 4, cudaMemcpyDeviceToHost), "error flag");
+  cuda::check(cudaMemcpy(&flag, err.ptr, 4, cudaMemcpyDeviceToHost), "error flag");
   if (flag) throw Error("decode kernel reported a bad page id (flag " + std::to_string(flag) + ")");
   for (auto& e : ev) cudaEventDestroy(e);
   for (int k = 0; k < kParts; ++k) res.part_us.push_back(median(parts[k]));
@@ -334,30 +309,30 @@ struct CommFigures {
 CommFigures measure_comm(const TpOptions& o, ncclComm_t comm, cudaStream_t s) {
   CommFigures f;
   cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
+  cuda::check(cudaEventCreate(&a), "event");
+  cuda::check(cudaEventCreate(&b), "event");
   auto time_us = [&](void* p, size_t n, ncclDataType_t t, int reps) {
     std::vector<double> v;
     for (int i = 0; i < reps + 3; ++i) {
-      ck(cudaEventRecord(a, s), "record");
+      cuda::check(cudaEventRecord(a, s), "record");
       ckn(ncclAllReduce(p, p, n, t, ncclSum, comm, s), "all-reduce");
-      ck(cudaEventRecord(b, s), "record");
-      ck(cudaEventSynchronize(b), "sync");
+      cuda::check(cudaEventRecord(b, s), "record");
+      cuda::check(cudaEventSynchronize(b), "sync");
       float ms = 0;
-      ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+      cuda::check(cudaEventElapsedTime(&ms, a, b), "elapsed");
       if (i >= 3) v.push_back(ms * 1e3);
     }
     return median(v);
   };
-  Buf small(size_t(o.batch) * 4), mid(size_t(o.batch) * kD * 2);
+  DeviceBytes small(size_t(o.batch) * 4), mid(size_t(o.batch) * kD * 2);
   const size_t big_n = size_t(128) << 20;
-  Buf big(big_n * 2);
-  ck(cudaMemsetAsync(small.p, 0, size_t(o.batch) * 4, s), "memset");
-  ck(cudaMemsetAsync(mid.p, 0, size_t(o.batch) * kD * 2, s), "memset");
-  ck(cudaMemsetAsync(big.p, 0, big_n * 2, s), "memset");
-  f.small_us = time_us(small.p, o.batch, ncclFloat32, 50);
-  f.oproj_us = time_us(mid.p, size_t(o.batch) * kD, ncclBfloat16, 50);
-  const double big_us = time_us(big.p, big_n, ncclBfloat16, 10);
+  DeviceBytes big(big_n * 2);
+  cuda::check(cudaMemsetAsync(small.ptr, 0, size_t(o.batch) * 4, s), "memset");
+  cuda::check(cudaMemsetAsync(mid.ptr, 0, size_t(o.batch) * kD * 2, s), "memset");
+  cuda::check(cudaMemsetAsync(big.ptr, 0, big_n * 2, s), "memset");
+  f.small_us = time_us(small.ptr, o.batch, ncclFloat32, 50);
+  f.oproj_us = time_us(mid.ptr, size_t(o.batch) * kD, ncclBfloat16, 50);
+  const double big_us = time_us(big.ptr, big_n, ncclBfloat16, 10);
   f.busbw_gbs = (big_n * 2.0 / (big_us * 1e-6)) * (2.0 * (o.tp - 1) / o.tp) / 1e9;
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -366,7 +341,7 @@ CommFigures measure_comm(const TpOptions& o, ncclComm_t comm, cudaStream_t s) {
 
 // Roofline prediction (us) of each part for a rank of shape sh: max(bytes / copy bandwidth,
 // flops / GEMM rate) for compute parts; latency + payload / bus bandwidth for collectives.
-std::vector<double> predict(const Shape& sh, const TpOptions& o, const Ceilings& c, const CommFigures& f) {
+std::vector<double> predict(const Shape& sh, const TpOptions& o, const RankCeilings& c, const CommFigures& f) {
   const double B = o.batch, Hr = sh.heads, dc = sh.d_c, dim = sh.dim(), L = sh.tokens;
   const double bw = c.copy_gbs * 1e9, fl = c.gemm_tflops * 1e12;
   auto roof = [&](double bytes, double flops) { return 1e6 * std::max(bytes / bw, flops / fl); };
@@ -386,7 +361,7 @@ std::vector<double> predict(const Shape& sh, const TpOptions& o, const Ceilings&
 
 std::string run_tp_bench(const TpOptions& o) {
   int visible = 0;
-  ck(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  cuda::check(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
   if (o.tp < 2) throw InputError("--tp must be >= 2, got " + std::to_string(o.tp));
   const int here = o.one_gpu ? 1 : o.tp;  // ranks run in this process
   if (visible < here)
@@ -417,7 +392,7 @@ std::string run_tp_bench(const TpOptions& o) {
   j["nccl_nvls_enable"] = nvls ? nvls : "";
   j["norm_exact"] = o.norm_exact;
   j["one_gpu"] = o.one_gpu;
-  std::vector<Ceilings> ceil(here);
+  std::vector<RankCeilings> ceil(here);
   std::vector<CommFigures> comm(here);
   // results[mode][L][rank]
   std::vector<std::vector<std::vector<RankResult>>> results(o.modes.size(),
@@ -430,16 +405,16 @@ std::string run_tp_bench(const TpOptions& o) {
   for (int r = 0; r < here; ++r)
     threads.emplace_back([&, r] {
       try {
-        ck(cudaSetDevice(devs[r]), "cudaSetDevice");
+        cuda::check(cudaSetDevice(devs[r]), "cudaSetDevice");
         cudaDeviceProp prop{};
-        ck(cudaGetDeviceProperties(&prop, devs[r]), "properties");
+        cuda::check(cudaGetDeviceProperties(&prop, devs[r]), "properties");
         names[r] = prop.name;
         cudaStream_t s;
-        ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+        cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
         cublasHandle_t cb;
         ckb(cublasCreate(&cb), "cublasCreate");
         ckb(cublasSetStream(cb, s), "cublasSetStream");
-        ceil[r] = measure_ceilings(s, cb);
+        ceil[r] = measure_rank_ceilings(s, cb);
         bar.wait();
         if (o.one_gpu) {
           comm[r].small_us = comm[r].oproj_us = 0;  // not measured: predicted below
@@ -478,7 +453,7 @@ std::string run_tp_bench(const TpOptions& o) {
               comm[0].busbw_gbs);
   j["allreduce"] = {{"small_floats", o.batch}, {"small_us", comm[0].small_us}, {"oproj_us", comm[0].oproj_us},
                     {"oproj_bytes", o.batch * kD * 2}, {"busbw_gbs", comm[0].busbw_gbs}, {"measured", !o.one_gpu}};
-  Ceilings cmin{1e30, 1e30};
+  RankCeilings cmin{1e30, 1e30};
   for (const auto& c : ceil) {
     cmin.copy_gbs = std::min(cmin.copy_gbs, c.copy_gbs);
     cmin.gemm_tflops = std::min(cmin.gemm_tflops, c.gemm_tflops);

@@ -1,0 +1,88 @@
+// mla-bench's shared device helpers (bench_device.hpp).
+#include "bench_device.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace mla::bench {
+namespace {
+
+__global__ void fill_kernel(__nv_bfloat16* x, size_t n, uint32_t seed, float amp) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed + static_cast<uint32_t>(i >> 32));
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16(amp * ((static_cast<float>(h & 0xFFFFFF) / 8388608.f) - 1.f));
+  }
+}
+
+// Streams a buffer once with 16-byte loads (read-bandwidth ceiling of a read-only kernel).
+__global__ void read_stream(const uint4* x, size_t n, unsigned* sink) {
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = x[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;  // keeps the loads alive; practically never stores
+}
+
+}  // namespace
+
+void fill_bf16(void* x, size_t n, uint32_t seed, float amp, cudaStream_t stream) {
+  fill_kernel<<<2048, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(x), n, seed, amp);
+  cuda::check(cudaGetLastError(), "bf16 fill launch");
+}
+
+L2FlushTimer::L2FlushTimer(size_t l2_bytes) : flush_(2 * l2_bytes) {
+  cuda::check(cudaEventCreate(&a_), "event create");
+  cuda::check(cudaEventCreate(&b_), "event create");
+}
+
+L2FlushTimer::~L2FlushTimer() {
+  cudaEventDestroy(a_);
+  cudaEventDestroy(b_);
+}
+
+Ceilings measure_ceilings(L2FlushTimer& timer, int sms, int runs) {
+  Ceilings c;
+  const size_t bytes = size_t(1) << 30;
+  {
+    DeviceBytes src(bytes), dst(bytes), sink(16);
+    cuda::check(cudaMemset(src.ptr, 1, bytes), "memset");
+    const double copy_us = timer.median_us(
+        [&] { cuda::check(cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice), "copy ceiling"); }, runs,
+        3);
+    const double read_us = timer.median_us(
+        [&] { read_stream<<<sms * 8, 512>>>(src.as<uint4>(), bytes / 16, sink.as<unsigned>()); }, runs, 3);
+    cuda::check(cudaGetLastError(), "read ceiling launch");
+    c.copy_gbs = 2.0 * bytes / (copy_us * 1e-6) / 1e9;  // bytes read + written
+    c.read_gbs = double(bytes) / (read_us * 1e-6) / 1e9;
+  }
+  const int n = 8192;
+  DeviceBytes a(size_t(n) * n * 2), b(size_t(n) * n * 2), d(size_t(n) * n * 2);
+  fill_bf16(a.ptr, size_t(n) * n, 1);
+  fill_bf16(b.ptr, size_t(n) * n, 2);
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+  const float one = 1.f, zero = 0.f;
+  auto gemm = [&] {
+    const cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr,
+                                           CUDA_R_16BF, n, &zero, d.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw Error("cublasGemmEx (GEMM ceiling) failed: cuBLAS status " + std::to_string(static_cast<int>(st)));
+  };
+  const double us = timer.median_us(gemm, runs, 3);
+  cublasDestroy(h);
+  c.gemm_tflops = 2.0 * n * n * double(n) / (us * 1e-6) / 1e12;
+  return c;
+}
+
+}  // namespace mla::bench
