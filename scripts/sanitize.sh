@@ -34,7 +34,7 @@ if [[ $STEPS == *fuzz* ]]; then
         -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMLA_ENABLE_CUDA=OFF \
         -DMLA_BUILD_FUZZERS=ON -DMLA_SANITIZE=ON >/dev/null
-  targets=(safetensors_header config_json safetensors_index calib_h5 capture_h5)
+  targets=(safetensors_header config_json safetensors_index calib_h5 capture_h5 calib_h5_recipe capture_h5_recipe)
   cmake --build "$FUZZ_BUILD_DIR" -j "$jobs" --target "${targets[@]/#/fuzz_}"
   mkdir -p "$FUZZ_BUILD_DIR/artifacts"
   for t in "${targets[@]}"; do

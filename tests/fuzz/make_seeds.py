@@ -20,9 +20,12 @@ L, D, H, DC, DR, G, S, T = 2, 8, 2, 8, 4, 2, 2, 4
 
 
 def fresh(name):
+    """Empties corpus/<name>, keeping the regression_* inputs (found by fuzzing, kept by hand)."""
     d = OUT / name
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)
+    for p in d.iterdir():
+        if not p.name.startswith("regression_"):
+            p.unlink()
     return d
 
 
@@ -100,11 +103,26 @@ def capture_seeds():
                                       chunks=(1, T, DR), track_times=False)
 
 
+def recipe_seeds():
+    """Seeds of the structure-aware targets (*_recipe): their input is a recipe that
+    FuzzedDataProvider decodes, not a file. b"\\0" and zeros decode to a valid file (every
+    choice 0); the others are fixed pseudo-random recipes. regression_* inputs (found by
+    fuzzing, committed by hand) are kept."""
+    rng = np.random.default_rng(15)
+    for target in ("calib_h5_recipe", "capture_h5_recipe"):
+        d = fresh(target)
+        (d / "valid_default").write_bytes(b"\0")
+        (d / "valid_zeros_64").write_bytes(bytes(64))
+        for i in range(6):
+            (d / f"random_{i}").write_bytes(rng.bytes(24 + 24 * i))
+
+
 if __name__ == "__main__":
     config_seeds()
     index_seeds()
     calib_seeds()
     capture_seeds()
+    recipe_seeds()
     for sub in sorted(OUT.iterdir()):
         n = sum(p.stat().st_size for p in sub.iterdir())
         print(f"{sub.name}: {len(list(sub.iterdir()))} files, {n} bytes")
