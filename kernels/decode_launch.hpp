@@ -18,11 +18,6 @@
 
 namespace mla::kernels::detail {
 
-// Old spellings still used by kernels/kv4_decode.cu (not yet committed); the other decode paths
-// call cuda::check and cuda::set_smem_limit_once (kernels/cuda_check.hpp). Remove with its last user.
-inline void check_cuda(cudaError_t e, const char* what) { cuda::check(e, what, "mla decode"); }
-using cuda::set_smem_limit_once;
-
 // Launches kernel on `stream`; with pdl, as a programmatic dependent launch (it may start while
 // the previous kernel runs and calls griddep_wait() before reading that kernel's output).
 template <class... Exp, class... Act>

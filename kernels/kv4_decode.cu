@@ -17,16 +17,19 @@ namespace {
 
 using quant::kPartInfoInts;
 
-// 4 consumer warps (0-3), the producer (4), the converter (5). The consumers need 168
-// registers at d_c = 512 and two CTAs per SM keep the memory-bound path's 8 consumer warps per
-// SM, so 6 warps is the most that fits (12 x 168 x 32 <= 64 K registers).
-constexpr int kKv4Warps = kV3Consumers + 2;
+// One CTA per SM: 4 consumer warps (0-3), the producer (4), 7 converter warps (5-11). The
+// consumers need 168 registers at d_c = 512, so 12 warps is the most that fits (12 x 168 x 32
+// <= 64 K registers). With two CTAs per SM (the BF16 path's choice) only one converter warp
+// fits per CTA, and that warp limited the decode to 0.35x FlashMLA's BF16 time (docs/gpu-notes.md).
+constexpr int kKv4Converters = 7;
+constexpr int kKv4Warps = kV3Consumers + 1 + kKv4Converters;
 constexpr int kKv4Threads = 32 * kKv4Warps;
-constexpr int kKv4Producer = kV3Consumers, kKv4Converter = kV3Consumers + 1;
-constexpr int kKv4Stages = 2;  // BF16 ring and raw ring advance together (tile it in stage it % 2)
-// Header: mbarriers full[2], empty[2] (the consumers' ring, as membound_consume expects them at
-// bar0), raw_full[2], raw_empty[2]; the raw stages' valid token counts; the codebook levels.
-constexpr int kKv4ValidOff = 64, kKv4LevelsOff = 128, kKv4Header = 256;
+constexpr int kKv4Producer = kV3Consumers, kKv4FirstConverter = kV3Consumers + 1;
+constexpr int kKv4Stages = 4;  // BF16 ring and raw ring advance together (tile it in stage it % 4)
+// Header: mbarriers full[4], empty[4] (the consumers' ring, as membound_consume expects them at
+// bar0), raw_full[4], raw_empty[4]; the raw stages' valid token counts; the codebook levels.
+constexpr int kKv4ValidOff = 128, kKv4LevelsOff = 192, kKv4Header = 256;
+constexpr size_t kKv4MaxSmem = 227 * 1024;  // Hopper's per-block opt-in maximum
 
 // Row widths (bytes) of the page sections and their column-block width (docs/formats/kv-fp4.md).
 struct Kv4Rows {
@@ -84,7 +87,7 @@ struct Kv4Cfg {
 };
 
 template <int DC, bool CODEBOOK>
-__global__ void __launch_bounds__(kKv4Threads, 2)
+__global__ void __launch_bounds__(kKv4Threads, 1)
     kv4_split_kernel(const quant::Bf16DecodeParams p, const Kv4DecodeParams kp, const int32_t* __restrict__ info,
                      const int32_t* __restrict__ offsets, float* o_acc, float* lse_acc) {
   using C = Kv4Cfg<DC, CODEBOOK>;
@@ -109,10 +112,10 @@ __global__ void __launch_bounds__(kKv4Threads, 2)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(bar0 + 8 * s, 1);                   // the converter's arrive
+      mbar_init(bar0 + 8 * s, kKv4Converters);      // one arrive per converter warp
       mbar_init(bar0 + 8 * (S + s), kV3Consumers);  // one arrive per consumer warp
       mbar_init(bar0 + 8 * (2 * S + s), 1);         // the producer's arrive.expect_tx
-      mbar_init(bar0 + 8 * (3 * S + s), 1);         // the converter's arrive
+      mbar_init(bar0 + 8 * (3 * S + s), kKv4Converters);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -180,7 +183,8 @@ __global__ void __launch_bounds__(kKv4Threads, 2)
     return;
   }
 
-  if (warp == kKv4Converter) {  // ---- converter: lane = token of the tile ----
+  if (warp >= kKv4FirstConverter) {  // ---- converters: lane = token, warp cw = groups cw, cw + 7, ...
+    const int cw = warp - kKv4FirstConverter;
     const int b_begin = in[0], t_begin = in[1], end_b = in[2], end_t = in[3];
     int it = 0;
     for (int b = b_begin, t = t_begin; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
@@ -197,8 +201,8 @@ __global__ void __launch_bounds__(kKv4Threads, 2)
         if (lane < sValid[stage]) {
           float tok_scale = 0.f;
           if constexpr (CODEBOOK) tok_scale = *reinterpret_cast<const float*>(raw + raw_scale_off + 4 * lane);
-#pragma unroll 4
-          for (int g = 0; g < C::kGroups; ++g) {
+#pragma unroll 2
+          for (int g = cw; g < C::kGroups; g += kKv4Converters) {
             const int byte = 16 * g;
             const int kb = byte / C::kCodeW;
             const uint4 codes = *reinterpret_cast<const uint4*>(
@@ -228,14 +232,16 @@ __global__ void __launch_bounds__(kKv4Threads, 2)
 #pragma unroll
             for (int v = 0; v < 4; ++v) row[4 * g + v] = make_uint4(o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]);
           }
-          for (int c = 0; c < rows.rope / 16; ++c) {  // RoPE: 16-byte chunks, un-swizzled
+          for (int c = cw; c < rows.rope / 16; c += kKv4Converters) {  // RoPE: 16-byte chunks, un-swizzled
             const int rb = (16 * c) / rope_w;
             const uint4 v = *reinterpret_cast<const uint4*>(
                 raw + raw_rope_off + rb * BN * rope_w + (block_offset(t0 + lane, (16 * c) % rope_w, rope_w) - t0 * rope_w));
             row[DC / 8 + c] = v;
           }
         } else {  // past the request's length (or a bad page): zeros, as the BF16 path copies
-          for (int c = 0; c < dim / 8; ++c) row[c] = make_uint4(0u, 0u, 0u, 0u);
+          for (int g = cw; g < C::kGroups; g += kKv4Converters)
+            for (int v = 0; v < 4; ++v) row[4 * g + v] = make_uint4(0u, 0u, 0u, 0u);
+          for (int c = cw; c < rows.rope / 16; c += kKv4Converters) row[DC / 8 + c] = make_uint4(0u, 0u, 0u, 0u);
         }
         __syncwarp();
         if (lane == 0) {
@@ -254,8 +260,8 @@ template <int DC, bool CODEBOOK>
 void launch_kv4(const Kv4DecodeParams& kp, const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   using C = Kv4Cfg<DC, CODEBOOK>;
   auto kernel = kv4_split_kernel<DC, CODEBOOK>;
-  static bool attr_set = false;  // the largest supported d_r (128) sets the ceiling once
-  set_smem_limit_once(kernel, C::smem_bytes(128), attr_set, "cudaFuncSetAttribute(4-bit split kernel)");
+  static bool attr_set = false;  // validate_kv4 refused shapes needing more
+  cuda::set_smem_limit_once(kernel, kKv4MaxSmem, attr_set, "4-bit decode split kernel smem limit");
   launch(kernel, dim3(p.num_parts), dim3(kKv4Threads), C::smem_bytes(p.d_r), stream, false,
          "split kernel (4-bit cache) launch", p, kp, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
@@ -295,6 +301,11 @@ void validate_kv4(const Kv4DecodeParams& kp) {
   const int rope = 2 * p.d_r;
   if (!(rope == 16 || rope == 32 || rope == 64 || rope % 128 == 0))
     bad("d_r = " + std::to_string(p.d_r) + " (2 d_r bytes of RoPE must be 16, 32, 64 or a multiple of 128)");
+  const size_t smem = kp.format == Kv4Format::Codebook ? detail::Kv4Cfg<512, true>::smem_bytes(p.d_r)
+                                                       : detail::Kv4Cfg<512, false>::smem_bytes(p.d_r);
+  if (smem > detail::kKv4MaxSmem)
+    bad("d_r = " + std::to_string(p.d_r) + " needs " + std::to_string(smem) + " bytes of shared memory at d_c = 512 (at most " +
+        std::to_string(detail::kKv4MaxSmem) + ")");
   if (kp.format == Kv4Format::Codebook)
     for (int i = 0; i < 16; ++i)
       if (!std::isfinite(kp.levels[i])) bad("codebook level " + std::to_string(i) + " is not finite");
@@ -303,14 +314,14 @@ void validate_kv4(const Kv4DecodeParams& kp) {
 
 size_t kv4_decode_workspace_bytes_for(const Kv4DecodeParams& kp) {
   const quant::Bf16DecodeParams& p = kp.base;
-  const int parts = p.num_parts > 0 ? p.num_parts : quant::decode_default_parts(cuda::sm_count(), p);
+  const int parts = p.num_parts > 0 ? p.num_parts : cuda::sm_count();  // one CTA per SM
   return quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
 }
 
 void mla_decode_kv4(const Kv4DecodeParams& kp, cudaStream_t stream) {
   validate_kv4(kp);
   quant::Bf16DecodeParams p = kp.base;
-  if (p.num_parts == 0) p.num_parts = quant::decode_default_parts(cuda::sm_count(), p);
+  if (p.num_parts == 0) p.num_parts = cuda::sm_count();  // one CTA per SM
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
   if (p.workspace == nullptr || p.workspace_bytes < need)
     throw InputError("4-bit decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
