@@ -188,10 +188,11 @@ void expect_same_as_bf16(Kv4Case& c, int parts = 0) {
                       << (first < b.out.size() ? b.out[first] : 0) << ")";
   EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
   EXPECT_EQ(a.flag, 0);
-  // The dequantised decode must itself be a real decode: finite where no poisoned token is seen.
+  // The dequantised decode must itself be a real decode: finite where no poisoned token is seen
+  // (at most one request in a case holds one).
   size_t finite = 0;
   for (uint16_t v : a.out) finite += std::isfinite(bf16_to_float(v)) ? 1 : 0;
-  EXPECT_GT(finite, a.out.size() / 2) << "most outputs should be finite";
+  EXPECT_GE(finite, a.out.size() / 2) << "most outputs should be finite";
 }
 
 TEST(Kv4DecodeGpu, Fp4MatchesBf16DecodeOfDequantisedCache) {

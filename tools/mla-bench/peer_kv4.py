@@ -88,7 +88,7 @@ class Ours:
         lib.mla_kv4_capi_parts.restype = ctypes.c_int
         lib.mla_kv4_capi_parts.argtypes = [ctypes.c_int] * 5 + [ctypes.POINTER(ctypes.c_size_t)]
         lib.mla_kv4_capi_run.restype = ctypes.c_int
-        lib.mla_kv4_capi_run.argtypes = ([ctypes.c_int] + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 8 +
+        lib.mla_kv4_capi_run.argtypes = ([ctypes.c_int] + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 8 +
                                          [ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                                           ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
         self.lib = lib
