@@ -39,6 +39,9 @@ class DecodeBackend {
  public:
   virtual ~DecodeBackend() = default;
   virtual std::string name() const = 0;
+  // The layer whose caches the next create_cache calls make (formats with per-layer
+  // parameters, verify/kv4_backend.hpp, read it; the others ignore it).
+  virtual void begin_layer(int64_t /*layer*/) {}
   // Creates a cache (contents poisoned: NaN bits) and returns its handle.
   virtual int create_cache(const CacheShape& shape, const std::vector<int32_t>& page_table) = 0;
   // Writes kv_new [batch, n_new, dim] (bf16 bits) at positions[b] .. positions[b] + n_new - 1.

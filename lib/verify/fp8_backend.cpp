@@ -10,6 +10,8 @@
 #include "quant/fp8_cache_format.hpp"
 #include "quant/fp8_decode_twin.hpp"
 #include "quant/fp8_kv.hpp"
+#include "transform/kv4_params.hpp"
+#include "verify/kv4_backend.hpp"
 
 namespace mla::verify {
 namespace {
@@ -162,21 +164,29 @@ class StudyBackend final : public DecodeBackend {
 }  // namespace
 
 const std::vector<std::string>& kv_format_names() {
-  static const std::vector<std::string> n = {"bf16", "fp8", "fp8-rope-aware", "fp8-A", "fp8-B", "fp8-C", "fp8-D"};
+  static const std::vector<std::string> n = {"bf16", "fp8", "fp4", "codebook", "fp8-rope-aware", "fp8-A", "fp8-B", "fp8-C", "fp8-D"};
   return n;
 }
 
 double kv_kernel_tolerance(const std::string& kv, double user_bound) {
-  return kv == "bf16" ? user_bound : std::max(user_bound, kFp8KernelRelL2);
+  if (kv == "bf16") return user_bound;
+  return std::max(user_bound, transform::is_kv4_format(kv) ? kKv4KernelRelL2 : kFp8KernelRelL2);
 }
 
 double kv_cos_tolerance(const std::string& kv, double user_bound) {
-  return kv == "bf16" ? user_bound : std::max(user_bound, kFp8CosDiff);
+  if (kv == "bf16") return user_bound;
+  return std::max(user_bound, transform::is_kv4_format(kv) ? kKv4CosDiff : kFp8CosDiff);
 }
 
-std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv) {
+std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv,
+                                               const transform::Kv4Params* kv4) {
   if (device != "cpu" && device != "cuda") throw InputError("--device must be cpu or cuda, got '" + device + "'");
   if (kv == "bf16") return device == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  if (transform::is_kv4_format(kv)) {
+    if (!kv4 || kv4->format != kv)
+      throw InputError("--kv " + kv + " needs its per-layer parameters: pass --calib calib.h5 (mla-calibrate's fits)");
+    return device == "cuda" ? make_cuda_kv4_backend(*kv4) : make_cpu_kv4_backend(*kv4);
+  }
   if (kv == "fp8") return device == "cuda" ? make_cuda_fp8_backend() : std::make_unique<CpuFp8Backend>();
   const std::pair<const char*, quant::Fp8Config> study[] = {{"fp8-rope-aware", quant::Fp8Config::RopeAware},
                                                             {"fp8-A", quant::Fp8Config::A},

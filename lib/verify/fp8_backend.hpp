@@ -5,6 +5,8 @@
 //   bf16                the BF16 cache and decode (decode_backend.hpp)
 //   fp8                 the paged FP8 cache (644 B/token at d_c = 512): append kernel / twin,
 //                       query quantised per (token, head), FP8 decode kernel / twin
+//   fp4, codebook       the 4-bit paged caches (verify/kv4_backend.hpp), with the layer
+//                       parameters given to make_kv_backend
 //   fp8-rope-aware, fp8-A, fp8-B, fp8-C, fp8-D
 //                       SnapMLA Table 2 configurations (quant/fp8_kv.hpp): the BF16 cache is
 //                       quantised and dequantised under the configuration (per request: C's
@@ -20,17 +22,24 @@
 
 #include "verify/decode_backend.hpp"
 
+namespace mla::transform {
+struct Kv4Params;
+}
+
 namespace mla::verify {
 
 // The --kv names, for help and checks.
 const std::vector<std::string>& kv_format_names();
 // The backend for a --device (cpu, cuda) and --kv; throws InputError for an unknown or
 // unsupported combination (the study configurations are CPU only).
-std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv);
+// fp4 and codebook need kv4 (the per-layer parameters; InputError without them).
+std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv,
+                                               const transform::Kv4Params* kv4 = nullptr);
 
 // Kernel-vs-float64-path relative L2 bound for a --kv format: the user's --kernel-rel-l2 for
 // bf16, at least kFp8KernelRelL2 for the FP8 formats (tests/quant/test_fp8_decode_twin.cpp
-// derives it from the E4M3 grid).
+// derives it from the E4M3 grid), at least kKv4KernelRelL2 for fp4 and codebook
+// (verify/kv4_backend.hpp).
 constexpr double kFp8KernelRelL2 = 0.08;
 double kv_kernel_tolerance(const std::string& kv, double user_bound);
 // Cosine-difference bound likewise (~ rel_l2^2 / 2 at that relative L2).

@@ -25,6 +25,7 @@
 #include "model/dense_forward.hpp"
 #include "model/rmsnorm.hpp"
 #include "verify/decode_backend.hpp"
+#include "transform/kv4_params.hpp"
 #include "verify/fp8_backend.hpp"
 #include "verify/multi_device_runner.hpp"
 #include "verify/paired_stats.hpp"
@@ -130,6 +131,7 @@ ConvertedOutputs run_converted(const LayerContext& L, const std::vector<MatrixR>
   out.kernel.assign(B, MatrixR::Zero(T, D));
   out.f64.assign(B, MatrixR::Zero(T, D));
 
+  if (backend) backend->begin_layer(L.layer);
   const std::vector<std::vector<RankSeq>> rs = project_ranks(L, h);
   const std::vector<VectorD> rms_global = global_rms(L, rs, B, n_tok);
 
@@ -328,7 +330,7 @@ std::vector<std::vector<int32_t>> end_to_end_windows(const VerifyOptions& o, con
 // score the same rows P .. P+T-2 (next-token predictions of tokens P+1 .. P+T-1).
 void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
                     const std::vector<std::vector<int32_t>>& windows, PerplexityReport& out,
-                    MultiDeviceRunner* runner) {
+                    MultiDeviceRunner* runner, const transform::Kv4Params* kv4) {
   const MlaConfig& cfg = orig.config();
   const model::DenseModel m = model::load_dense_model(
       cfg, [&](const std::string& n) { return orig.load_matrix(n); },
@@ -356,7 +358,7 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
     }
     // A fresh backend per chunk releases the chunk's caches.
     std::unique_ptr<DecodeBackend> backend;
-    if (kernel_path) backend = make_kv_backend(o.device, o.kv);
+    if (kernel_path) backend = make_kv_backend(o.device, o.kv, kv4);
     for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
       const auto& lw = m.layers[static_cast<std::size_t>(i)];
       const LayerContext& L = layers[static_cast<std::size_t>(i)];
@@ -452,12 +454,21 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     if (!clash.empty())
       throw InputError("--no-kernel runs the float64 path only: it cannot be combined with " + clash);
   }
-  std::unique_ptr<DecodeBackend> backend;
-  if (o.kernel) backend = make_kv_backend(o.device, o.kv);
   if (o.kv != "bf16" && o.devices > 0) throw InputError("--kv " + o.kv + " with --devices: only the bf16 cache runs on several devices");
 
   const io::Checkpoint orig = io::Checkpoint::open(o.original);
   const MlaConfig& cfg = orig.config();
+  // --kv fp4 | codebook: the per-layer parameters fitted by mla-calibrate.
+  std::optional<transform::Kv4Params> kv4;
+  if (transform::is_kv4_format(o.kv)) {
+    if (o.calib.empty()) throw InputError("--kv " + o.kv + " needs --calib calib.h5 (mla-calibrate's fitted c and codebooks)");
+    kv4 = transform::load_kv4_params(o.calib, o.kv, cfg.attention_layers(),
+                                     transform::Kv4Choice{o.fp4_rule, o.fp4_c, o.kv4_protect});
+  } else if (!o.calib.empty()) {
+    throw InputError("--calib is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
+  }
+  std::unique_ptr<DecodeBackend> backend;
+  if (o.kernel) backend = make_kv_backend(o.device, o.kv, kv4 ? &*kv4 : nullptr);
   const int tp = detect_tp(o.converted);
   std::vector<int64_t> layers = o.layers;
   if (layers.empty())
@@ -541,7 +552,8 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   }
 
   if (o.perplexity) {
-    run_end_to_end(o, orig, tp, end_to_end_windows(o, cap, n_tok), rep.perplexity, runner.get());
+    run_end_to_end(o, orig, tp, end_to_end_windows(o, cap, n_tok), rep.perplexity, runner.get(),
+                   kv4 ? &*kv4 : nullptr);
     rep.pass = rep.pass && rep.perplexity.loss_pass;
   }
   return rep;
@@ -555,6 +567,11 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
   nlohmann::json j;
   j["backend"] = backend;
   j["kv"] = o.kv;
+  if (transform::is_kv4_format(o.kv))
+    j["kv4"] = {{"calib", o.calib.string()},
+                {"fp4_rule", o.fp4_rule},
+                {"fp4_c", o.fp4_c ? nlohmann::json(*o.fp4_c) : nlohmann::json("fitted")},
+                {"protect", o.kv4_protect}};
   if (!devices.empty())
     j["devices"] = {{"runner", devices}, {"rel_l2_tolerance", o.dcp ? o.kernel_rel_l2 : kDevicesRelTolerance}};
   j["tp"] = tp;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,13 @@ struct VerifyOptions {
   std::vector<int64_t> layers;     // empty: every layer
   std::string device = "cpu";      // cpu | cuda
   bool kernel = true;              // false: per-layer figures from the float64 converted path only (no kernel/twin)
-  std::string kv = "bf16";         // KV-cache format: verify/fp8_backend.hpp (bf16, fp8, fp8-A..D, ...)
+  std::string kv = "bf16";         // KV-cache format: verify/fp8_backend.hpp (bf16, fp8, fp4, codebook, fp8-A..D, ...)
+  // --kv fp4 | codebook: calib.h5 with the per-layer fits, the FP4 rule and an optional c
+  // override, whether calib.h5's protected layers keep a BF16 cache (transform/kv4_params.hpp).
+  std::filesystem::path calib;
+  std::string fp4_rule = "round";
+  std::optional<float> fp4_c;
+  bool kv4_protect = true;
   int devices = 0;                 // > 0: also run every rank on its own device (multi_device_runner.hpp)
   std::string comm = "auto";       // with devices: nccl (cuda) | threads (in-process sums; cuda ranks may share GPUs)
   bool dcp = false;                // with devices: decode context parallelism (a tp = 1 conversion) instead of TPLA ranks

@@ -55,9 +55,21 @@ int main(int argc, char** argv) {
   app.add_option("--kv", o.kv,
                  "KV-cache format: bf16; fp8 (paged E4M3, 644 B/token at d_c = 512: FP8 kernels on cuda, their twins on "
                  "cpu; thresholds at least 0.08 rel_l2 / 3.2e-3 1-cos); fp8-rope-aware, fp8-A .. fp8-D (SnapMLA study "
-                 "configurations: the cache quantised-dequantised, BF16 decode twin, cpu only)")
+                 "configurations: the cache quantised-dequantised, BF16 decode twin, cpu only); fp4 (E2M1 + UE8M0 per 32, 400 "
+                 "B/token) and codebook (16-level Lloyd-Max per layer + per-token scale, 388 B/token): append twin, "
+                 "BF16 dequantisation, BF16 decode twin (docs/formats/kv-fp4.md), need --calib; thresholds at least "
+                 "0.25 rel_l2 / 0.032 1-cos")
       ->check(CLI::IsMember(mla::verify::kv_format_names()))
       ->capture_default_str();
+  app.add_option("--calib", o.calib, "With --kv fp4|codebook: mla-calibrate's calib.h5 (per-layer c, codebooks, "
+                 "protected layers)")->check(CLI::ExistingFile);
+  app.add_option("--fp4-rule", o.fp4_rule, "With --kv fp4: UE8M0 exponent rule round (E = round(log2(c amax))), "
+                 "ocp_floor (OCP MX) or rceil")->check(CLI::IsMember({"round", "ocp_floor", "rceil"}))->capture_default_str();
+  float fp4_c = 0.f;
+  app.add_option("--fp4-c", fp4_c, "With --kv fp4 and the round rule: this c for every layer instead of the fitted "
+                 "per-layer c_rounded (UltraQuant's published constant: 0.156)")->check(CLI::PositiveNumber);
+  app.add_flag("!--no-protect", o.kv4_protect, "With --kv fp4|codebook: quantise calib.h5's protected layers too "
+               "(default: they keep a BF16 cache)");
   app.add_option("--seed", o.seed, "Seed of the random page placement")->capture_default_str();
   app.add_option("--max-rel-l2", o.max_rel_l2, "Fail when converted-vs-original relative L2 exceeds this")->capture_default_str();
   app.add_option("--max-cos-diff", o.max_cos_diff, "Fail when converted-vs-original 1-cos exceeds this")->capture_default_str();
@@ -104,6 +116,7 @@ int main(int argc, char** argv) {
     }
     if (!max_loss.empty()) o.max_loss_increase = mla::verify::LossThreshold::parse(max_loss);
     o.kernel = !no_kernel;
+    if (fp4_c > 0.f) o.fp4_c = fp4_c;
     if (no_kernel && shared_prefix > 0) throw mla::InputError("--no-kernel cannot be combined with --shared-prefix");
     if (shared_prefix > 0) {
       const auto sp = mla::verify::verify_shared_prefix(o, shared_prefix);

@@ -1,0 +1,92 @@
+#include "transform/kv4_params.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "io/hdf5.hpp"
+
+namespace mla::transform {
+
+bool is_kv4_format(const std::string& format) { return format == "fp4" || format == "codebook"; }
+
+quant::Fp4ScaleRule parse_fp4_rule(const std::string& name) {
+  for (auto r : {quant::Fp4ScaleRule::Round, quant::Fp4ScaleRule::OcpFloor, quant::Fp4ScaleRule::Rceil})
+    if (name == quant::fp4_rule_name(r)) return r;
+  throw InputError("--fp4-rule: unknown rule '" + name + "' (one of: round, ocp_floor, rceil)");
+}
+
+Kv4Params load_kv4_params(const std::filesystem::path& calib, const std::string& format, int64_t num_layers,
+                          const Kv4Choice& choice) {
+  if (!is_kv4_format(format)) throw InputError("4-bit KV format must be fp4 or codebook, got '" + format + "'");
+  Kv4Params p;
+  p.format = format;
+  p.calib = calib.string();
+  p.rule = parse_fp4_rule(choice.rule);
+  if (choice.c && !(std::isfinite(*choice.c) && *choice.c > 0.f))
+    throw InputError("--fp4-c = " + std::to_string(*choice.c) + " (must be finite and > 0)");
+  p.c_source = choice.c ? std::to_string(*choice.c) : "fitted";
+  const std::string file = calib.string();
+  io::h5::File f = io::h5::File::open_read(calib);
+  const io::h5::Group& root = f.root();
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string lg = io::h5::layer_group_name(i);
+    auto need = [&](const std::string& path) {
+      if (!root.exists(path))
+        throw InputError(file + ": '/" + path + "' is missing (a calib.h5 of mla-calibrate with FP4/Lloyd-Max fits; "
+                         "d_c a multiple of 32)");
+    };
+    need(lg + "/fp4");
+    need(lg + "/codebook/levels");
+    const io::h5::Group g = root.open_group(lg);
+    const io::h5::Group g4 = root.open_group(lg + "/fp4");
+    Kv4LayerParams L;
+    for (const char* a : {"c_rounded", "mean_square"})
+      if (!g4.has_attr(a)) throw InputError(file + ": attribute '" + a + "' of '/" + lg + "/fp4' is missing");
+    L.c_fitted = static_cast<float>(g4.attr_double("c_rounded"));
+    L.codebook_mean_square = g4.attr_double("mean_square");
+    const io::h5::Dims dims = root.open(lg + "/codebook/levels").dims();
+    if (dims != io::h5::Dims{16})
+      throw InputError(file + ": '/" + lg + "/codebook/levels' must hold 16 levels");
+    L.codebook_levels = root.read<double>(lg + "/codebook/levels");
+    try {
+      L.codebook = quant::codebook_unit_levels(L.codebook_levels, L.codebook_mean_square);
+    } catch (const InputError& e) {
+      throw InputError(file + ": layer " + std::to_string(i) + ": " + e.what());
+    }
+    L.fp4 = quant::Fp4CacheEncoding{p.rule, choice.c ? *choice.c : L.c_fitted};
+    try {
+      quant::validate_fp4_encoding(L.fp4);
+    } catch (const InputError& e) {
+      throw InputError(file + ": '/" + lg + "/fp4' c_rounded: " + e.what());
+    }
+    if (choice.protect && g.has_attr("protect_bf16")) {
+      L.protect_bf16 = g.attr_int("protect_bf16") != 0;
+      if (g.has_attr("protect_reason")) L.protect_reason = g.attr_string("protect_reason");
+    }
+    p.layers.push_back(std::move(L));
+  }
+  return p;
+}
+
+nlohmann::json kv4_params_json(const Kv4Params& p) {
+  nlohmann::json layers = nlohmann::json::array(), prot = nlohmann::json::array();
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& L = p.layers[i];
+    nlohmann::json j = {{"layer", i}, {"protect_bf16", L.protect_bf16}};
+    if (p.format == "fp4") {
+      j["c"] = L.fp4.c;
+    } else {
+      j["levels"] = std::vector<float>(L.codebook.levels, L.codebook.levels + quant::kCodebookLevels);
+    }
+    layers.push_back(j);
+    if (L.protect_bf16) prot.push_back(i);
+  }
+  nlohmann::json out = {{"calib", p.calib}, {"layers", layers}, {"protected_layers", prot}};
+  if (p.format == "fp4") {
+    out["rule"] = std::string(quant::fp4_rule_name(p.rule));
+    out["c_source"] = p.c_source;
+  }
+  return out;
+}
+
+}  // namespace mla::transform
