@@ -8,6 +8,8 @@
 // 512, d_r 32/64, pages 64/128, lengths 1, page edges and 64K, unused page slots poisoned with
 // 0xFF bytes (FP4 scale NaN, codes -6), sentinel page-table entries, a poisoned token, scale
 // bytes at the extremes (0: 2^-127 subnormal products; 254: overflow to inf), both formats.
+// The append kernel against the CPU twins (lib/quant), every byte; and decoding GPU-appended
+// pages against the CPU twin (lib/quant's dequantisation + the BF16 decode twin).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -20,8 +22,12 @@
 #include "core/dtype.hpp"
 #include "decode_case.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/kv4_append.hpp"
 #include "kernels/kv4_decode.hpp"
 #include "kernels/mla_decode.hpp"
+#include "model/metrics.hpp"
+#include "quant/codebook_cache_format.hpp"
+#include "quant/fp4_cache_format.hpp"
 
 namespace mla::test {
 namespace {
@@ -272,6 +278,195 @@ TEST(Kv4DecodeGpu, BadPageIdIsFlaggedAndRefusedShapesNameTheField) {
     FAIL() << "32 query rows must be refused";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("s_q * heads = 32"), std::string::npos) << e.what();
+  }
+}
+
+// ---- append: every byte equal to the CPU twin's ----
+
+// kv_new rows of mixed magnitude (1e-3 .. 1e3 per row, a few exact zeros and ties of the E2M1
+// grid) with some non-finite tokens, appended at positions that cross page edges.
+struct AppendCase {
+  int batch, n_new, d_c, d_r, page, max_pages, num_pages;
+  std::vector<uint16_t> kv;
+  std::vector<int32_t> positions, table;
+};
+
+AppendCase make_append_case(int batch, int n_new, int d_c, int d_r, int page, uint64_t seed) {
+  AppendCase a{batch, n_new, d_c, d_r, page, 0, 0, {}, {}, {}};
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int> mag(-3, 3), pos(0, 3 * page);
+  a.kv.resize(static_cast<size_t>(batch) * n_new * (d_c + d_r));
+  for (int r = 0; r < batch * n_new; ++r) {
+    const float m = std::pow(10.f, static_cast<float>(mag(rng)));
+    for (int k = 0; k < d_c + d_r; ++k) {
+      float v = m * normal(rng);
+      if (k % 97 == 5) v = 0.f;
+      if (k % 89 == 7) v = m * 0.25f;  // E2M1 ties after scaling, now and then
+      a.kv[static_cast<size_t>(r) * (d_c + d_r) + k] = float_to_bf16(v);
+    }
+  }
+  a.kv[static_cast<size_t>(1) * (d_c + d_r) + 3] = kBf16NaN;                        // poisoned latent
+  a.kv[static_cast<size_t>(2) * (d_c + d_r) + d_c + 1] = 0x7F80;                  // poisoned rope (+inf)
+  for (int k = 0; k < d_c + d_r; ++k) a.kv[static_cast<size_t>(3) * (d_c + d_r) + k] = 0;  // all zero
+  a.max_pages = (3 * page + n_new) / page + 2;
+  a.num_pages = batch * a.max_pages;
+  for (int b = 0; b < batch; ++b) a.positions.push_back(pos(rng));
+  for (int k = 0; k < batch * a.max_pages; ++k) a.table.push_back((k * 7 + 3) % a.num_pages);
+  return a;
+}
+
+std::vector<uint8_t> gpu_append(const AppendCase& a, Kv4Format f, const quant::CodebookTable& t, float c,
+                                size_t page_bytes, int* flag_out) {
+  Dev<uint16_t> kv(a.kv);
+  Dev<int32_t> positions(a.positions), table(a.table);
+  Dev<uint8_t> cache(std::vector<uint8_t>(page_bytes * a.num_pages, 0));
+  Dev<int> flag(std::vector<int>{0});
+  kernels::Kv4AppendParams p;
+  p.kv_new = kv.ptr;
+  p.positions = positions.ptr;
+  p.page_table = table.ptr;
+  p.cache = cache.ptr;
+  p.error_flag = flag.ptr;
+  p.batch = a.batch;
+  p.n_new = a.n_new;
+  p.d_c = a.d_c;
+  p.d_r = a.d_r;
+  p.max_pages = a.max_pages;
+  p.num_pages = a.num_pages;
+  p.page_size = a.page;
+  p.format = f;
+  p.c = c;
+  std::copy(t.levels, t.levels + 16, p.levels);
+  kernels::kv4_cache_append(p, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "append");
+  *flag_out = flag.download()[0];
+  return cache.download();
+}
+
+quant::CodebookTable test_table() {
+  quant::CodebookTable t;
+  for (int k = 0; k < 16; ++k) t.levels[k] = -2.7f + 0.36f * static_cast<float>(k) + 0.01f * static_cast<float>(k % 3);
+  return t;
+}
+
+void expect_bytes_equal(const std::vector<uint8_t>& gpu, const std::vector<uint8_t>& twin) {
+  ASSERT_EQ(gpu.size(), twin.size());
+  size_t diff = 0, first = gpu.size();
+  for (size_t k = 0; k < gpu.size(); ++k)
+    if (gpu[k] != twin[k]) {
+      ++diff;
+      first = std::min(first, k);
+    }
+  EXPECT_EQ(diff, 0u) << diff << " bytes differ, first at " << first;
+}
+
+TEST(Kv4AppendGpu, Fp4BytesEqualTheTwin) {
+  REQUIRE_GPU();
+  struct S {
+    int d_c, d_r, page;
+    float c;
+  };
+  for (const S s : {S{512, 64, 64, 0.197f}, S{512, 64, 128, 0.156f}, S{256, 64, 64, 0.197f}, S{128, 32, 64, 0.3f},
+                    S{32, 8, 64, 0.197f}}) {
+    SCOPED_TRACE("d_c " + std::to_string(s.d_c) + " d_r " + std::to_string(s.d_r) + " page " + std::to_string(s.page));
+    const AppendCase a = make_append_case(5, 70, s.d_c, s.d_r, s.page, 81 + s.d_c);
+    const quant::Fp4CacheLayout l{s.page, s.d_c, s.d_r};
+    int flag = -1;
+    const std::vector<uint8_t> gpu = gpu_append(a, Kv4Format::Fp4, test_table(), s.c, l.page_bytes(), &flag);
+    std::vector<uint8_t> twin(l.page_bytes() * a.num_pages, 0);
+    quant::fp4_cache_append_twin(l, quant::Fp4CacheEncoding{quant::Fp4ScaleRule::Round, s.c}, a.kv.data(), a.batch,
+                                 a.n_new, a.positions.data(), a.table.data(), a.max_pages, twin.data(), a.num_pages);
+    EXPECT_EQ(flag, 0);
+    expect_bytes_equal(gpu, twin);
+  }
+}
+
+TEST(Kv4AppendGpu, CodebookBytesEqualTheTwin) {
+  REQUIRE_GPU();
+  for (int d_c : {512, 256, 64}) {
+    SCOPED_TRACE("d_c " + std::to_string(d_c));
+    const AppendCase a = make_append_case(4, 130, d_c, 64, 64, 91 + d_c);
+    const quant::CodebookCacheLayout l{64, d_c, 64};
+    int flag = -1;
+    const std::vector<uint8_t> gpu = gpu_append(a, Kv4Format::Codebook, test_table(), 0.f, l.page_bytes(), &flag);
+    std::vector<uint8_t> twin(l.page_bytes() * a.num_pages, 0);
+    quant::codebook_cache_append_twin(l, test_table(), a.kv.data(), a.batch, a.n_new, a.positions.data(),
+                                      a.table.data(), a.max_pages, twin.data(), a.num_pages);
+    EXPECT_EQ(flag, 0);
+    expect_bytes_equal(gpu, twin);
+  }
+}
+
+TEST(Kv4AppendGpu, BadPositionIsFlaggedAndSkipped) {
+  REQUIRE_GPU();
+  AppendCase a = make_append_case(2, 10, 512, 64, 64, 99);
+  a.positions[1] = a.max_pages * a.page - 3;  // runs past the last page slot
+  const quant::Fp4CacheLayout l{64, 512, 64};
+  int flag = -1;
+  const std::vector<uint8_t> gpu = gpu_append(a, Kv4Format::Fp4, test_table(), 0.197f, l.page_bytes(), &flag);
+  EXPECT_EQ(flag, 1);
+}
+
+// Pages written by the GPU append, decoded by the GPU: against the CPU twin (lib/quant's
+// dequantisation to BF16, then decode_twin_bf16 with the same split points). Same rounding
+// points; only fp32 summation order differs (tests/kernels/decode_case.hpp's bounds).
+TEST(Kv4DecodeGpu, AppendedPagesDecodeAsTheTwin) {
+  REQUIRE_GPU();
+  for (Kv4Format f : {Kv4Format::Fp4, Kv4Format::Codebook}) {
+    SCOPED_TRACE(f == Kv4Format::Fp4 ? "fp4" : "codebook");
+    DecodeCase c = make_decode_case({1, 64, 200, 1000}, 1, 16, 512, 64, 64, 101);
+    // Rows of the BF16 case's cache, appended request by request at position 0.
+    const int dim = c.dim();
+    const quant::Fp4CacheLayout lf{64, 512, 64};
+    const quant::CodebookCacheLayout lc{64, 512, 64};
+    const size_t page_bytes = f == Kv4Format::Fp4 ? lf.page_bytes() : lc.page_bytes();
+    Dev<uint8_t> pages(std::vector<uint8_t>(page_bytes * c.num_pages, 0xFF));
+    Dev<int32_t> table(c.page_table);
+    const quant::CodebookTable t = test_table();
+    for (int b = 0; b < c.batch; ++b) {
+      std::vector<uint16_t> rows(static_cast<size_t>(c.seqlens[b]) * dim);
+      for (int j = 0; j < c.seqlens[b]; ++j) std::copy(c.token(b, j), c.token(b, j) + dim, rows.begin() + j * dim);
+      Dev<uint16_t> kv(rows);
+      Dev<int32_t> pos(std::vector<int32_t>{0});
+      kernels::Kv4AppendParams p;
+      p.kv_new = kv.ptr;
+      p.positions = pos.ptr;
+      p.page_table = table.ptr + static_cast<size_t>(b) * c.max_pages;
+      p.cache = pages.ptr;
+      p.batch = 1;
+      p.n_new = c.seqlens[b];
+      p.d_c = 512;
+      p.d_r = 64;
+      p.max_pages = c.max_pages;
+      p.num_pages = c.num_pages;
+      p.page_size = 64;
+      p.format = f;
+      p.c = 0.197f;
+      std::copy(t.levels, t.levels + 16, p.levels);
+      kernels::kv4_cache_append(p, nullptr);
+    }
+    cuda::check(cudaDeviceSynchronize(), "append");
+    Kv4Case k;
+    k.bf = c;
+    k.format = f;
+    k.pages = pages.download();
+    std::copy(t.levels, t.levels + 16, k.levels);
+    const int parts = quant::decode_default_parts(cuda::sm_count(), c.host_params(0));
+    const Result gpu = run(k, true, parts);
+    // The twin: the pages dequantised on the CPU, then the BF16 decode twin.
+    std::vector<uint16_t> deq(static_cast<size_t>(c.num_pages) * 64 * dim);
+    if (f == Kv4Format::Fp4)
+      quant::fp4_cache_to_bf16(lf, k.pages.data(), c.num_pages, deq.data());
+    else
+      quant::codebook_cache_to_bf16(lc, t, k.pages.data(), c.num_pages, deq.data());
+    c.cache = deq;
+    quant::decode_twin_bf16(c.host_params(parts));
+    const auto m = model::compare(bf16_to_f64(gpu.out), bf16_to_f64(c.out));
+    EXPECT_TRUE(m.nonfinite_match) << m.summary();
+    EXPECT_LT(m.rel_l2, kTwinRelL2Tol) << m.summary();
+    std::vector<double> twin_lse(c.lse.begin(), c.lse.end());
+    EXPECT_LT(lse_max_abs_diff(gpu.lse, twin_lse), kTwinLseAbsTol);
   }
 }
 
