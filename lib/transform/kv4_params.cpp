@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
+#include "transform/reparam.hpp"
 
 namespace mla::transform {
 
@@ -87,6 +88,31 @@ nlohmann::json kv4_params_json(const Kv4Params& p) {
     out["c_source"] = p.c_source;
   }
   return out;
+}
+
+Kv4Params plan_kv4_conversion(const std::filesystem::path& calib, const std::string& format, int64_t num_layers,
+                              int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& rotation_mode,
+                              std::map<int64_t, MatrixR>& rotations, nlohmann::json& rotation_json) {
+  if (calib.empty())
+    throw InputError("--kv-cache " + format + " needs --calib calib.h5 (mla-calibrate's fitted c, codebooks and "
+                     "protected layers)");
+  if (rotation_mode != "hadamard" && rotation_mode != "none")
+    throw InputError("--kv-rotation must be hadamard or none, got '" + rotation_mode + "'");
+  Kv4Params p = load_kv4_params(calib, format, num_layers, Kv4Choice{});
+  if (rotation_mode == "hadamard") {
+    const MatrixR r = kv4_slice_rotation(d_c, g, seed, "--kv-cache " + format);
+    for (auto& [layer, u] : rotations) u = u * r;
+    rotation_json = {{"kind", "walsh_hadamard_per_slice"},
+                     {"blocks", g},
+                     {"block_width", d_c / g},
+                     {"seed", seed ? nlohmann::json(*seed) : nlohmann::json(nullptr)},
+                     {"convention", "U = U_basis * blockdiag(D H_w / sqrt(w)); latent rows of kv_a_proj_with_mqa <- "
+                                    "U^T W, kv_b_proj <- W U (lib/transform/reparam.hpp kv4_slice_rotation)"},
+                     {"folded_into_weights", true}};
+  } else {
+    rotation_json = {{"kind", "none"}, {"folded_into_weights", true}};
+  }
+  return p;
 }
 
 }  // namespace mla::transform

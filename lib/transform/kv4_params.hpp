@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <map>
+
+#include "core/tensor.hpp"
 #include "quant/codebook_cache_format.hpp"
 #include "quant/fp4_cache_format.hpp"
 
@@ -57,5 +60,14 @@ Kv4Params load_kv4_params(const std::filesystem::path& calib, const std::string&
 // The record of the parameters for a config.json kv_cache section (format, rule, c per layer,
 // the RMS-unit tables, protected layers).
 nlohmann::json kv4_params_json(const Kv4Params& p);
+
+// mla-convert --kv fp4|codebook: loads the parameters from `calib` (required: InputError naming
+// the option otherwise) and, unless rotation_mode is "none", composes every layer's rotation
+// (the map of convert.cpp: per layer, or shared under key -1) with kv4_slice_rotation(d_c, g,
+// seed) (transform/reparam.hpp). rotation_mode: "hadamard" | "none". Returns the parameters and
+// fills `rotation_json`, the description recorded in each rank's kv_cache section.
+Kv4Params plan_kv4_conversion(const std::filesystem::path& calib, const std::string& format, int64_t num_layers,
+                              int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& rotation_mode,
+                              std::map<int64_t, MatrixR>& rotations, nlohmann::json& rotation_json);
 
 }  // namespace mla::transform

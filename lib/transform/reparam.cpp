@@ -70,6 +70,20 @@ MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
   throw InputError("unknown reparameterisation");
 }
 
+MatrixR kv4_slice_rotation(int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& label) {
+  if (g < 1 || d_c % g != 0)
+    throw InputError(label + ": latent width d_c = " + std::to_string(d_c) + " does not split into g = " +
+                     std::to_string(g) + " slices");
+  const int64_t w = d_c / g;
+  if (!quant::is_power_of_two(static_cast<size_t>(w)))
+    throw InputError(label + ": the 4-bit cache's Hadamard rotation needs a power-of-two slice width, got d_c / g = " +
+                     std::to_string(d_c) + " / " + std::to_string(g) + " = " + std::to_string(w));
+  const Eigen::MatrixXd v = quant::hadamard_basis(static_cast<size_t>(w), seed);
+  MatrixR out = MatrixR::Zero(d_c, d_c);
+  for (int k = 0; k < g; ++k) out.block(k * w, k * w, w, w) = v;
+  return out;
+}
+
 void absorb_gamma(const model::MlaConfig& cfg, model::AttentionWeights& w) {
   const int64_t d_c = cfg.kv_lora_rank;
   if (w.kv_a_layernorm.size() != d_c || w.kv_b_proj.cols() != d_c)

@@ -39,6 +39,14 @@ inline bool uses_hadamard_seed(Reparam r) { return r == Reparam::Hadamard || r =
 MatrixR make_rotation(Reparam kind, int64_t d_c, std::optional<uint64_t> seed,
                       const MatrixR* pca_basis, const std::string& layer_label);
 
+// The quantisation rotation of a 4-bit KV cache (mla-convert --kv fp4|codebook, SPEC section 6):
+// blockdiag(V, ..., V) with g blocks of V = D H_w / sqrt(w), w = d_c / g (the TPLA slice width;
+// g = 1: one Sylvester Hadamard over the whole latent), D from `seed` as hadamard_basis. Applied
+// after the slicing basis (U_total = U_basis * this), so it mixes only inside each rank's slice:
+// f_k, mu_k and every slice's partial logit are unchanged. InputError naming `label` and w
+// unless w is a power of two.
+MatrixR kv4_slice_rotation(int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& label);
+
 // Step 1, in place.
 void absorb_gamma(const model::MlaConfig& cfg, model::AttentionWeights& w);
 // Step 2, in place. Needs gamma_kv = 1 (step 1 first): an elementwise gamma does not commute
