@@ -28,6 +28,7 @@
 #include "io/sha256.hpp"
 #include "transform/calib_input.hpp"
 #include "transform/encode.hpp"
+#include "transform/kv4_params.hpp"
 #include "transform/shard_table.hpp"
 
 namespace mla::transform {
@@ -186,6 +187,8 @@ struct Plan {
   std::map<int64_t, SliceCorrections> corr;   // per layer
   std::map<int64_t, MatrixR> rotation;        // per layer (pca) or shared under key -1
   std::map<int64_t, bool> mu_per_head;
+  std::optional<Kv4Params> kv4;               // --kv-cache fp4 | codebook
+  nlohmann::json kv4_rotation;
   std::string fingerprint;
   std::string calib_sha256;
   ConvertResult result;
@@ -290,6 +293,9 @@ void plan_calibration(const io::Checkpoint& ckpt, const ConvertOptions& o, int g
   }
   if (!needs_calibrated_basis(o.reparam))
     p.rotation[-1] = make_rotation(o.reparam, cfg.kv_lora_rank, o.seed, nullptr, "config.json kv_lora_rank");
+  if (is_kv4_format(o.kv_cache))
+    p.kv4 = plan_kv4_conversion(o.calib, o.kv_cache, cfg.attention_layers(), cfg.kv_lora_rank, g, o.seed, o.kv_rotation,
+                                p.rotation, p.kv4_rotation);
 
 }
 
@@ -569,6 +575,7 @@ nlohmann::json options_json(const ConvertOptions& o, int g, const std::string& c
   j["out_dtype"] = out_dtype_name(o.out_dtype);
   j["absorb"] = o.absorb;
   if (o.kv_cache != "bf16") j["kv_cache"] = o.kv_cache;
+  if (is_kv4_format(o.kv_cache)) j["kv_rotation"] = o.kv_rotation;
   j["max_shard_bytes"] = o.max_shard_bytes;
   return j;
 }
@@ -758,7 +765,10 @@ nlohmann::json write_configs_and_manifest(const io::Checkpoint& ckpt, const Plan
   for (int r = 0; r < o.tp; ++r) {
     const std::string rd = io::rank_dir_name(r, o.tp);
     nlohmann::json rank_cfg = rank_config(ckpt, p, o, r, provenance);
-    if (o.kv_cache != "bf16")  // the default (bf16) leaves config.json as the input's plus tpla
+    if (p.kv4)
+      rank_cfg["kv_cache"] = kv4_cache_section(*p.kv4, p.layout.latent(r).size(), p.cfg.qk_rope_head_dim,
+                                               p.cfg.num_hidden_layers, p.kv4_rotation);
+    else if (o.kv_cache != "bf16")  // the default (bf16) leaves config.json as the input's plus tpla
       rank_cfg["kv_cache"] = kv_cache_section(o.kv_cache, p.layout.latent(r).size(), p.cfg.qk_rope_head_dim,
                                               p.cfg.num_hidden_layers);
     const std::string config_text = rank_cfg.dump(2) + "\n";

@@ -44,6 +44,9 @@ struct ConvertOptions {
   OutDtype out_dtype = OutDtype::BF16;
   bool absorb = false;           // also write per-head W_UK / W_UV
   std::string kv_cache = "bf16";  // serving KV format recorded in the outputs (transform/kv_cache_meta.hpp)
+  // fp4 | codebook: the quantisation rotation folded into the weights (transform/kv4_params.hpp):
+  // hadamard (per TPLA slice, after the basis) or none (the study's alternative).
+  std::string kv_rotation = "hadamard";
   bool dry_run = false;
   int threads = 1;               // does not change the output bytes
   uint64_t max_shard_bytes = 5ull << 30;
