@@ -13,12 +13,13 @@ run(0 ${TOOLS}/mla-calibrate/mla-calibrate -q --model ${M} --activations ${WORK}
 run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 1 --reparam hadamard --seed 0 -o ${WORK}/tp1 ${M})
 run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 8 -o ${WORK}/tp8 ${M})
 set(V ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --prefill 40 --decode 12
-      --sequences 2 --device cpu --converted ${WORK}/tp1)
-run(0 ${V} --kv bf16 --json ${WORK}/bf16.json)
-run(0 ${V} --kv fp4 --calib ${WORK}/calib.h5 --json ${WORK}/fp4.json)
-run(0 ${V} --kv codebook --calib ${WORK}/calib.h5)
-run(0 ${V} --kv fp4 --calib ${WORK}/calib.h5 --fp4-c 0.156 --no-protect)
-run(0 ${V} --kv fp4 --calib ${WORK}/calib.h5 --fp4-rule rceil)
+      --sequences 2 --device cpu)
+set(T1 --converted ${WORK}/tp1)
+run(0 ${V} ${T1} --kv bf16 --json ${WORK}/bf16.json)
+run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --json ${WORK}/fp4.json)
+run(0 ${V} ${T1} --kv codebook --calib ${WORK}/calib.h5)
+run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --fp4-c 0.156 --no-protect)
+run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --fp4-rule rceil)
 # Protected layers (calib.h5 protect_bf16) decode from a BF16 cache: identical errors; others not.
 file(READ ${WORK}/bf16.json jb)
 file(READ ${WORK}/fp4.json jf)
@@ -44,7 +45,7 @@ if(protected EQUAL 0)
   message(FATAL_ERROR "calib.h5 protects no layer: the protected-layer check checked nothing")
 endif()
 # Refusals.
-run(1 ${V} --kv fp4)
+run(1 ${V} ${T1} --kv fp4)
 run(1 ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --prefill 40 --decode 2
     --sequences 1 --device cuda --converted ${WORK}/tp1 --kv codebook --calib ${WORK}/calib.h5)
 execute_process(COMMAND ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5
@@ -54,3 +55,21 @@ string(FIND "${out}${err}" "d_c = 16" pos)
 if(NOT rc EQUAL 1 OR pos EQUAL -1)
   message(FATAL_ERROR "tp 8 (d_c / g = 16) with --kv fp4: expected exit 1 naming d_c = 16, got ${rc}:\n${out}${err}")
 endif()
+# mla-convert --kv fp4 on TPLA ranks (tp 2: the PCA basis, then a Hadamard inside each 64-wide
+# slice, folded into the weights): each rank's config.json records the format, the rotation and
+# the per-layer c; hf_quant_config.json says MXFP4; verify-decode --kv fp4 passes on it.
+run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --reparam pca --calib ${WORK}/calib.h5 --kv fp4 -o ${WORK}/tp2fp4 ${M})
+file(READ ${WORK}/tp2fp4/rank-01-of-02/config.json rc)
+string(JSON fmt GET "${rc}" kv_cache format)
+string(JSON kind GET "${rc}" kv_cache rotation kind)
+string(JSON bw GET "${rc}" kv_cache rotation block_width)
+string(JSON c0 GET "${rc}" kv_cache layers 2 c)
+string(JSON bpt GET "${rc}" kv_cache bytes_per_token_per_layer)
+file(READ ${WORK}/tp2fp4/rank-01-of-02/hf_quant_config.json hq)
+string(JSON algo GET "${hq}" quantization kv_cache_quant_algo)
+if(NOT fmt STREQUAL "fp4_e2m1_ue8m0_g32" OR NOT kind STREQUAL "walsh_hadamard_per_slice" OR NOT bw EQUAL 64
+   OR NOT bpt EQUAL 98 OR NOT algo STREQUAL "MXFP4" OR c0 LESS_EQUAL 0)
+  message(FATAL_ERROR "tp2 fp4 metadata: format ${fmt}, rotation ${kind} width ${bw}, bytes ${bpt}, algo ${algo}, c ${c0}")
+endif()
+run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --calib ${WORK}/calib.h5 --max-rel-l2 1 --max-cos-diff 1)
+run(1 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --kv codebook -o ${WORK}/nocalib ${M})

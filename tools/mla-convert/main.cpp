@@ -27,10 +27,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"approx", "exact"}));
   app.add_option("--out-dtype", out_dtype, "bf16 | fp8 (E4M3, fresh 128x128 block scales for *_proj weights)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
-  app.add_option("--kv-cache", o.kv_cache,
-                 "KV-cache format to record for serving: bf16, or fp8 (docs/formats/kv-fp8.md: each rank's config.json "
-                 "gets a kv_cache section and an hf_quant_config.json with kv_cache_quant_algo FP8)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
+  app.add_option("--kv-cache,--kv", o.kv_cache,
+                 "KV-cache format to record for serving: bf16; fp8 (docs/formats/kv-fp8.md: each rank's config.json "
+                 "gets a kv_cache section and an hf_quant_config.json with kv_cache_quant_algo FP8); fp4 or codebook "
+                 "(docs/formats/kv-fp4.md: needs --calib; a Walsh-Hadamard rotation inside each rank's latent slice is "
+                 "folded into kv_a_proj_with_mqa / kv_b_proj after the --reparam basis, and the per-layer c or codebook, "
+                 "the rotation and the protected layers are recorded)")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp4", "codebook"}))
+      ->capture_default_str();
+  app.add_option("--kv-rotation", o.kv_rotation,
+                 "With --kv-cache fp4|codebook: hadamard (default) or none (no extra rotation: the study's alternative)")
+      ->check(CLI::IsMember({"hadamard", "none"}))
       ->capture_default_str();
   app.add_flag("--absorb", o.absorb, "Also write per-head W_UK [H, d_n, d_c/g] and W_UV [H, d_v, d_c/g] (BF16)");
   app.add_flag("--dry-run", o.dry_run, "Print the per-rank plan and KV bytes per token per device; write nothing");
