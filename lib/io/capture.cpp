@@ -54,19 +54,23 @@ AlignedBuf aligned_buffer(std::size_t bytes) {
 }
 
 // True when no element is NaN or Inf (exponent bits all ones): branch-free OR over the bits,
-// which the compiler vectorises.
-bool all_finite_f32(const float* x, std::size_t n) {
+// which the compiler vectorises. `x` may be unaligned (RawRows), hence bytes and memcpy.
+bool all_finite_f32(const unsigned char* x, std::size_t n) {
   uint32_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) {
     uint32_t u;
-    std::memcpy(&u, x + i, sizeof u);
+    std::memcpy(&u, x + 4 * i, sizeof u);
     bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
   }
   return bad == 0;
 }
-bool all_finite_bf16(const uint16_t* x, std::size_t n) {
+bool all_finite_bf16(const unsigned char* x, std::size_t n) {
   uint16_t bad = 0;
-  for (std::size_t i = 0; i < n; ++i) bad |= static_cast<uint16_t>((x[i] & 0x7f80u) == 0x7f80u);
+  for (std::size_t i = 0; i < n; ++i) {
+    uint16_t u;
+    std::memcpy(&u, x + 2 * i, sizeof u);
+    bad |= static_cast<uint16_t>((u & 0x7f80u) == 0x7f80u);
+  }
   return bad == 0;
 }
 [[noreturn]] void bad(const std::string& file, const std::string& what) { throw InputError(file + ": " + what); }
@@ -268,8 +272,8 @@ IoMode CaptureReader::effective_io_mode() const {
 
 void CaptureReader::check_finite(const RawRows& r, int64_t layer, int64_t s, const char* what) const {
   const std::size_t n = static_cast<std::size_t>(r.rows * r.width);
-  const bool ok = r.type == StoredType::BF16 ? all_finite_bf16(static_cast<const uint16_t*>(r.data), n)
-                                             : all_finite_f32(static_cast<const float*>(r.data), n);
+  const auto* bytes = static_cast<const unsigned char*>(r.data);
+  const bool ok = r.type == StoredType::BF16 ? all_finite_bf16(bytes, n) : all_finite_f32(bytes, n);
   if (ok) return;
   for (int64_t t = 0; t < r.rows; ++t) {
     for (int64_t i = 0; i < r.width; ++i) {

@@ -29,6 +29,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -91,14 +92,24 @@ struct CaptureInfo : CaptureMeta {
 };
 
 // One sequence of one dataset: rows x width values of `type` (F32 or BF16), row-major.
+// `data` may be unaligned: a chunk read by pread lies at whatever file offset HDF5 gave it
+// (O_DIRECT reads start at the 4096-aligned offset below), so values are loaded by memcpy
+// (found by fuzz_capture_h5_recipe: a misaligned float load under UBSan).
 struct RawRows {
   const void* data = nullptr;
   StoredType type = StoredType::F32;
   int64_t rows = 0, width = 0;
   std::size_t bytes() const { return static_cast<std::size_t>(rows * width) * stored_bytes(type); }
   float at(int64_t i) const {
-    return type == StoredType::BF16 ? bf16_to_float(static_cast<const uint16_t*>(data)[i])
-                                    : static_cast<const float*>(data)[i];
+    const auto* p = static_cast<const unsigned char*>(data);
+    if (type == StoredType::BF16) {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, sizeof b);
+      return bf16_to_float(b);
+    }
+    float f;
+    std::memcpy(&f, p + 4 * i, sizeof f);
+    return f;
   }
 };
 
