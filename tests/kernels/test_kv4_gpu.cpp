@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -312,7 +313,9 @@ AppendCase make_append_case(int batch, int n_new, int d_c, int d_r, int page, ui
   a.max_pages = (3 * page + n_new) / page + 2;
   a.num_pages = batch * a.max_pages;
   for (int b = 0; b < batch; ++b) a.positions.push_back(pos(rng));
-  for (int k = 0; k < batch * a.max_pages; ++k) a.table.push_back((k * 7 + 3) % a.num_pages);
+  a.table.resize(static_cast<size_t>(batch) * a.max_pages);  // a permutation: no slot written twice
+  std::iota(a.table.begin(), a.table.end(), 0);
+  std::shuffle(a.table.begin(), a.table.end(), rng);
   return a;
 }
 
