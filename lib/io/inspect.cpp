@@ -217,6 +217,12 @@ std::string inspect_to_table(const InspectReport& r) {
                   k.value("format", std::string("?")).c_str(), (long long)k.value("latent_width", int64_t{0}),
                   (long long)k.value("bytes_per_token", int64_t{0}));
     o << buf;
+    // The 4-bit formats (docs/formats/kv-fp4.md) record their layer bytes and the layers kept BF16.
+    if (k.contains("bytes_per_token_per_layer") && k.contains("protected_layers")) {
+      std::snprintf(buf, sizeof buf, "  %lld bytes per token per quantised layer; protected (BF16) layers: %s\n",
+                    (long long)k.value("bytes_per_token_per_layer", int64_t{0}), k["protected_layers"].dump().c_str());
+      o << buf;
+    }
   }
   return o.str();
 }
