@@ -4,11 +4,13 @@
 // fp32 scale per token, BF16 RoPE); page layouts in docs/formats/kv-fp4.md.
 //
 // Each 32-token tile is brought into shared memory as it is stored (bulk copies of the tile's
-// code, scale and RoPE runs), dequantised there to BF16 by a converter warp (FP4: e2m1 * 2^(b -
+// code, scale and RoPE runs), dequantised there to BF16 by 7 converter warps (FP4: e2m1 * 2^(b -
 // 127), exact in BF16; codebook: BF16_RNE(level[idx] * scale) in fp32), and handed to the
-// memory-bound BF16 path's consumer warps (decode_membound_consumer.cuh) unchanged. So the
-// result is bit for bit what mla_decode_bf16 gives on the dequantised BF16 cache with the same
-// num_parts, and the CPU twin is the BF16 twin on that cache.
+// memory-bound BF16 path's consumer warps (decode_membound_consumer.cuh) unchanged, one CTA per
+// SM. So the result is bit for bit what mla_decode_bf16 gives on the dequantised BF16 cache with
+// the same num_parts, and the CPU twin is the BF16 twin on that cache (quant/fp4_cache_format.hpp,
+// quant/codebook_cache_format.hpp dequantise; quant/decode_twin_bf16.hpp decodes). Speed: 0.63-
+// 0.70x FlashMLA's BF16 decode at H = 16 on an H200, consumer-bound (docs/benchmarks.md).
 //
 // Shapes: <= 16 query rows (s_q * heads; the memory-bound path's one 16-row block), d_c in
 // {32, 64, 128, 256, 512}, 2 d_r bytes of RoPE in {16, 32, 64} or a multiple of 128, pages of
@@ -31,7 +33,7 @@ struct Kv4DecodeParams {
 // Bytes of one token in a page (400 at d_c = 512, d_r = 64 for FP4; 388 for codebook).
 size_t kv4_bytes_per_token(Kv4Format f, int d_c, int d_r);
 
-// Workspace bytes (the BF16 decode's, for the memory-bound path's num_parts).
+// Workspace bytes (the BF16 decode's layout; num_parts 0 means one part per SM).
 size_t kv4_decode_workspace_bytes_for(const Kv4DecodeParams& p);
 
 // Checks p (mla::InputError naming the field and value for an unsupported shape), then
