@@ -30,7 +30,8 @@ struct V3Cfg {
 // The consumer warps (warp < kV3Consumers) of a memory-bound split kernel, run over the part's
 // (request, tile) run `in` (quant::kPartInfoInts ints): waits on full[stage] = bar0 + 8 stage
 // for each tile of S stages at sK (rows of DC + d_r + 8 bf16), releases it on
-// empty[stage] = bar0 + 8 (S + stage) (one arrive per consumer warp), and stores every row.
+// empty[stage] = bar0 + 8 (S + stage) (one arrive per consumer warp), and stores every row of
+// the 16-row block starting at query row row0 (0 for the BF16 path's single block).
 // S = Q K^T: warp w takes k-steps w, w + 4, ... of the d_c + d_r reduction for all 32 tokens
 // (its Q fragments live in registers for the whole segment); the four fp32 partial tiles are
 // exchanged through shared memory (sPart, double-buffered, one named barrier per tile) and every
@@ -40,7 +41,8 @@ struct V3Cfg {
 template <int DC, int S>
 __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& p, const int32_t* __restrict__ in,
                                                  const int32_t* __restrict__ offsets, float* o_acc, float* lse_acc,
-                                                 uint32_t bar0, float4* sPart, const bf16* sK, int warp, int lane) {
+                                                 uint32_t bar0, float4* sPart, const bf16* sK, int warp, int lane,
+                                                 int row0 = 0) {
   using C = V3Cfg<DC>;
   constexpr int BN = kV3BN;
   const int b_begin = in[0], t_begin = in[1], end_b = in[2], end_t = in[3];
@@ -54,7 +56,7 @@ __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& 
   const float neg_inf = -__int_as_float(0x7f800000);
   int lim_off[2];
   for (int h = 0; h < 2; ++h) {
-    const int tok = min((g + 8 * h) / p.heads, p.s_q - 1);
+    const int tok = min((row0 + g + 8 * h) / p.heads, p.s_q - 1);
     lim_off[h] = p.s_q - 1 - tok;
   }
   const uint32_t k_lane_off = static_cast<uint32_t>((((lane % 8) + (lane / 16) * 8) * srow + ((lane / 8) & 1) * 8) * 2);
@@ -69,9 +71,9 @@ __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& 
     // Q fragments of this warp's k-steps (rows g, g + 8; rows past `rows` are zero).
     uint32_t qa[C::kKPerWarp][4];
     {
-      const bf16* q0 = q + (static_cast<size_t>(b) * rows + g) * dim;
+      const bf16* q0 = q + (static_cast<size_t>(b) * rows + row0 + g) * dim;
       const bf16* q1 = q0 + static_cast<size_t>(8) * dim;
-      const bool ok0 = g < rows, ok1 = g + 8 < rows;
+      const bool ok0 = row0 + g < rows, ok1 = row0 + g + 8 < rows;
 #pragma unroll
       for (int s = 0; s < C::kKPerWarp; ++s) {
         const int kk = warp + kV3Consumers * s;
@@ -218,7 +220,7 @@ __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& 
     for (int h = 0; h < 2; ++h) {
       l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
       l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-      const int r = g + 8 * h;
+      const int r = row0 + g + 8 * h;
       if (r >= rows) continue;
       const float l = l_run[h];
       const float inv = l > 0.f ? 1.f / l : 0.f;

@@ -3,6 +3,7 @@
 // warps) and the host entry point.
 #include "kernels/kv4_decode.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -253,8 +254,14 @@ __global__ void __launch_bounds__(kKv4Threads, 1)
     return;
   }
 
-  membound_consume<DC, S>(p, in, offsets, o_acc, lse_acc, bar0, sPart, sK, warp, lane);
+  membound_consume<DC, S>(p, in, offsets, o_acc, lse_acc, bar0, sPart, sK, warp, lane, 16 * blockIdx.y);
 }
+
+// Blocks of 16 query rows (grid.y): each CTA runs the whole ring for its block, so more rows
+// read and dequantise the cache once per block (functional for any head count, fast only for
+// <= 16 rows). One CTA per SM in all: the parts share the SMs among the row blocks.
+inline int kv4_row_blocks(const quant::Bf16DecodeParams& p) { return (p.s_q * p.heads + 15) / 16; }
+inline int kv4_default_parts(const quant::Bf16DecodeParams& p) { return std::max(1, cuda::sm_count() / kv4_row_blocks(p)); }
 
 template <int DC, bool CODEBOOK>
 void launch_kv4(const Kv4DecodeParams& kp, const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
@@ -262,7 +269,7 @@ void launch_kv4(const Kv4DecodeParams& kp, const quant::Bf16DecodeParams& p, con
   auto kernel = kv4_split_kernel<DC, CODEBOOK>;
   static bool attr_set = false;  // validate_kv4 refused shapes needing more
   cuda::set_smem_limit_once(kernel, kKv4MaxSmem, attr_set, "4-bit decode split kernel smem limit");
-  launch(kernel, dim3(p.num_parts), dim3(kKv4Threads), C::smem_bytes(p.d_r), stream, false,
+  launch(kernel, dim3(p.num_parts, kv4_row_blocks(p)), dim3(kKv4Threads), C::smem_bytes(p.d_r), stream, false,
          "split kernel (4-bit cache) launch", p, kp, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
@@ -295,9 +302,6 @@ void validate_kv4(const Kv4DecodeParams& kp) {
   quant::validate_decode_params(p);
   auto bad = [](const std::string& what) { throw InputError("4-bit decode params: " + what); };
   if (p.variant != 0) bad("variant = " + std::to_string(p.variant) + " (the 4-bit path has one: 0)");
-  if (p.s_q * p.heads > 16)
-    bad("s_q * heads = " + std::to_string(p.s_q * p.heads) +
-        " query rows (supported: <= 16, the memory-bound path; more rows are not implemented for 4-bit caches)");
   const int rope = 2 * p.d_r;
   if (!(rope == 16 || rope == 32 || rope == 64 || rope % 128 == 0))
     bad("d_r = " + std::to_string(p.d_r) + " (2 d_r bytes of RoPE must be 16, 32, 64 or a multiple of 128)");
@@ -314,23 +318,20 @@ void validate_kv4(const Kv4DecodeParams& kp) {
 
 size_t kv4_decode_workspace_bytes_for(const Kv4DecodeParams& kp) {
   const quant::Bf16DecodeParams& p = kp.base;
-  const int parts = p.num_parts > 0 ? p.num_parts : cuda::sm_count();  // one CTA per SM
+  const int parts = p.num_parts > 0 ? p.num_parts : detail::kv4_default_parts(p);
   return quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
 }
 
 void mla_decode_kv4(const Kv4DecodeParams& kp, cudaStream_t stream) {
   validate_kv4(kp);
   quant::Bf16DecodeParams p = kp.base;
-  if (p.num_parts == 0) p.num_parts = cuda::sm_count();  // one CTA per SM
+  if (p.num_parts == 0) p.num_parts = detail::kv4_default_parts(p);
   const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
   if (p.workspace == nullptr || p.workspace_bytes < need)
     throw InputError("4-bit decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
                      std::to_string(need) + " for this shape; see kv4_decode_workspace_bytes_for)");
   const detail::Workspace w = detail::carve(p);
-  const quant::DecodeTileConfig cfg = quant::decode_tile_config_for(p);
-  if (cfg.rows_per_block != 16 || cfg.tile_tokens != detail::kV3BN)
-    throw Error("4-bit decode: the memory-bound path's tile changed; kv4_decode.cu must follow it");
-  detail::launch_schedule(p, w, cfg.tile_tokens, false, cfg.tile_tokens, stream);
+  detail::launch_schedule(p, w, detail::kV3BN, false, detail::kV3BN, stream);  // 32-token tiles, every row count
   if (kp.format == Kv4Format::Codebook)
     detail::launch_kv4_for_dc<true>(kp, p, w, stream);
   else

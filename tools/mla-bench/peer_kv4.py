@@ -125,6 +125,7 @@ def suite(name):
     out = [("fp4", B, 16, 1, L) for L in (4096, 8192, 32768)]
     out += [("fp4", B, 8, 2, L) for L in (8192, 32768)]
     out += [("codebook", B, 16, 1, L) for L in (8192, 32768)]
+    out += [("fp4", B, H, 1, 8192) for H in (64, 128)]  # blocks of 16 rows: functional, not fast
     return out
 
 
