@@ -1,6 +1,6 @@
 // The 4-bit backend on the GPU: each rank's cache in FP4 or codebook pages on the device, the
 // append kernel (queued BF16 rows encoded with the layer's parameters before the decode that
-// needs them) and the 4-bit decode kernel on one stream. Layers calib.h5 protects keep a BF16
+// needs them) and the 4-bit decode kernel (any head count, in blocks of 16 rows) on one stream. Layers calib.h5 protects keep a BF16
 // cache (the BF16 append and decode kernels). Without CUDA the factory says so.
 #include "core/error.hpp"
 #include "verify/kv4_backend.hpp"
@@ -92,9 +92,6 @@ class CudaKv4Backend final : public DecodeBackend {
       p.workspace_bytes = ws_.count;
       kernels::mla_decode_bf16(p, stream_);
     } else {
-      if (heads > 16)
-        throw InputError("--kv " + p_.format + " --device cuda: " + std::to_string(heads) +
-                         " heads per rank (the 4-bit GPU decode takes <= 16 query rows); use --device cpu for the twin");
       kernels::Kv4DecodeParams kp;
       kp.base = p;
       kp.format = p_.format == "fp4" ? kernels::Kv4Format::Fp4 : kernels::Kv4Format::Codebook;
