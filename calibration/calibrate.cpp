@@ -15,10 +15,10 @@
 #include <set>
 #include <thread>
 
-#include "calibration/capture.hpp"
 #include "calibration/layer_calibrator.hpp"
 #include "calibration/qk_basis.hpp"
 #include "core/error.hpp"
+#include "io/capture.hpp"
 #include "quant/fp8_kv.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rope.hpp"
@@ -77,12 +77,12 @@ void fit_global_quantisers(CalibrationResult& res, int64_t dc) {
 // records their provenance in `res` and the held-out count of each in `n_hold`. Returns the
 // fitting tokens; fewer than 4 d_c are refused (or only warned with allow_few_tokens).
 int64_t open_captures(const model::MlaConfig& cfg, const std::string& fingerprint, const CalibrationOptions& opt,
-                      CalibrationResult& res, std::vector<std::unique_ptr<Capture>>& caps,
+                      CalibrationResult& res, std::vector<std::unique_ptr<io::CaptureReader>>& caps,
                       std::vector<int64_t>& n_hold) {
   const int64_t dc = cfg.kv_lora_rank;
   int64_t fit_tokens = 0;
   for (const auto& p : opt.captures) {
-    caps.push_back(std::make_unique<Capture>(p, cfg));
+    caps.push_back(std::make_unique<io::CaptureReader>(p, cfg));
     caps.back()->set_io_mode(opt.io);
     const auto& ci = caps.back()->info();
     if (!ci.checkpoint_fingerprint.empty() && !fingerprint.empty() &&
@@ -184,7 +184,7 @@ CalibrationResult calibrate(const model::MlaConfig& cfg, const WeightsProvider& 
                      std::to_string(opt.holdout_fraction));
   }
 
-  std::vector<std::unique_ptr<Capture>> caps;
+  std::vector<std::unique_ptr<io::CaptureReader>> caps;
   CalibrationResult res;
   res.checkpoint_fingerprint = fingerprint;
   res.model_type = cfg.model_type;

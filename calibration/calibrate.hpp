@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "calibration/capture.hpp"
 #include "calibration/fitters.hpp"
 #include "calibration/stats.hpp"
+#include "io/capture.hpp"
 #include "model/attention_reference.hpp"
 #include "model/config.hpp"
 #include "quant/codebook.hpp"
@@ -50,7 +50,7 @@ struct CalibrationOptions {
   int protect_first = 1, protect_last = 1; // layers kept BF16 at either end
   double protect_worst_fraction = 0.1;     // plus this fraction of worst FP4-MSE layers
   MomentMode moment = MomentMode::Auto;    // second-moment arithmetic (pass 1)
-  IoMode io = IoMode::Auto;                // how pass 1 reads latent/hidden rows (capture.hpp)
+  io::IoMode io = io::IoMode::Auto;        // how pass 1 reads latent/hidden rows (io/capture.hpp)
   int prefetch_depth = 4;                  // sequences read ahead per layer worker
   int64_t threads = 0;                     // layer worker threads; 0: all cores (min #layers)
 };

@@ -1,16 +1,11 @@
 #pragma once
-// mla-calibrate reads captures through the one capture reader, io::CaptureReader opened on a
-// split against the model (lib/io/capture.hpp: validation, raw chunk reads with O_DIRECT or
-// the page cache, BF16 widening, SequencePrefetch). The calibration names for it:
-#include "calibration/bf16.hpp"
+// calibration/ reads captures through io::CaptureReader and io::SequencePrefetch (io/capture.hpp)
+// under their own names. This one alias remains because tests/fuzz/fuzz_capture_h5.cpp still
+// spells the split reader calib::Capture; the file goes when that target names io::CaptureReader.
 #include "io/capture.hpp"
 
 namespace mla::calib {
 
 using Capture = io::CaptureReader;
-using io::CaptureInfo;
-using io::IoMode;
-using io::RawRows;
-using io::SequencePrefetch;
 
 }  // namespace mla::calib

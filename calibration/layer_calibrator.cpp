@@ -15,9 +15,9 @@
 #include <set>
 #include <thread>
 
-#include "calibration/capture.hpp"
 #include "calibration/qk_basis.hpp"
 #include "core/error.hpp"
+#include "io/capture.hpp"
 #include "quant/fp8_kv.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rope.hpp"
@@ -89,7 +89,7 @@ struct SequenceData {
   MatrixR c, x, k_pe;
 };
 
-SequenceData load_sequence(const Capture& cap, const model::MlaConfig& cfg,
+SequenceData load_sequence(const io::CaptureReader& cap, const model::MlaConfig& cfg,
                            const model::AttentionWeights& w, int64_t layer, int64_t s) {
   SequenceData d;
   if (cap.info().has_hidden) {
@@ -121,7 +121,7 @@ struct PairAccum {
 };
 
 // Widens stored rows to float64 into m (storage reused when the size is unchanged).
-void widen_rows(const RawRows& r, MatrixR& m) {
+void widen_rows(const io::RawRows& r, MatrixR& m) {
   m.resize(r.rows, r.width);
   for (int64_t i = 0; i < r.rows * r.width; ++i) m.data()[i] = r.at(i);
 }
@@ -190,7 +190,7 @@ class LayerCalibrator {
     // or, for hidden captures, float64 rows).
     auto accumulate = [&](const void* c, char kind /* 'f' float, 'h' bf16, 'd' double */, int64_t T, SecondMoment& m) {
       if (moment == MomentMode::BF16 && kind != 'd') {
-        m.collect_bf16(c, kind == 'h' ? StoredType::BF16 : StoredType::F32, T, cfg.rms_norm_eps);
+        m.collect_bf16(c, kind == 'h' ? io::StoredType::BF16 : io::StoredType::F32, T, cfg.rms_norm_eps);
         return;
       }
       const float* cf = static_cast<const float*>(c);
@@ -201,7 +201,7 @@ class LayerCalibrator {
         cf = cbuf.data();
       } else if (kind == 'd' && moment == MomentMode::BF16) {
         cbuf.assign(static_cast<const double*>(c), static_cast<const double*>(c) + T * dc);
-        m.collect_bf16(cbuf.data(), StoredType::F32, T, cfg.rms_norm_eps);
+        m.collect_bf16(cbuf.data(), io::StoredType::F32, T, cfg.rms_norm_eps);
         return;
       }
       if (moment == MomentMode::F64) {
@@ -228,10 +228,10 @@ class LayerCalibrator {
       std::set<int64_t> keep;
       if (!info.has_hidden)
         for (const auto& [s, hold] : pass2_picks(ci)) keep.insert(s);
-      SequencePrefetch reader(*caps[ci], layer, what, seqs, opt.prefetch_depth);
+      io::SequencePrefetch reader(*caps[ci], layer, what, seqs, opt.prefetch_depth);
       for (int64_t s = 0; s < info.sequences; ++s) {
         const double c0 = thread_cpu_seconds();
-        const std::vector<RawRows>& rows = reader.next();  // checked finite (latent and k_pe)
+        const std::vector<io::RawRows>& rows = reader.next();  // checked finite (latent and k_pe)
         const double c1 = thread_cpu_seconds();
         cpu_read += c1 - c0;
         const bool hold = s >= info.sequences - n_hold[ci];
@@ -241,7 +241,7 @@ class LayerCalibrator {
           // c = h W_a^T (the latent rows of kv_a_proj_with_mqa) by BLAS dgemm; k_pe and RoPE
           // are not needed for pass 1. x rows (reservoir) by the reference's rmsnorm_row.
           const int64_t D = cfg.hidden_size;
-          const RawRows& h = rows[0];
+          const io::RawRows& h = rows[0];
           hbuf64.resize(static_cast<std::size_t>(T * D));
           for (std::size_t i = 0; i < hbuf64.size(); ++i) hbuf64[i] = h.at(static_cast<int64_t>(i));
           cbuf64.resize(static_cast<std::size_t>(T * dc));
@@ -261,17 +261,17 @@ class LayerCalibrator {
         }
         // Latent capture: rows as stored (float32 or bfloat16); k_pe was read only to be
         // checked finite (pass 1 needs the latent alone).
-        const RawRows& c = rows[0];
+        const io::RawRows& c = rows[0];
         if (keep.count(s) && kept_bytes + c.bytes() <= (std::size_t{256} << 20)) {
           if (scratch.kept.size() <= kept_n) scratch.kept.resize(kept_n + 1);
           auto& store = scratch.kept[kept_n++];
           store.assign(static_cast<const unsigned char*>(c.data), static_cast<const unsigned char*>(c.data) + c.bytes());
-          RawRows e = c;
+          io::RawRows e = c;
           e.data = store.data();
           kept[ci][s] = e;
           kept_bytes += c.bytes();
         }
-        accumulate(c.data, c.type == StoredType::BF16 ? 'h' : 'f', T, hold ? m_hold : m_fit);
+        accumulate(c.data, c.type == io::StoredType::BF16 ? 'h' : 'f', T, hold ? m_hold : m_fit);
         for (int64_t t = 0; t < T; ++t) {
           const int64_t slot = r.offer_slot();
           if (slot < 0) continue;
@@ -574,7 +574,7 @@ class LayerCalibrator {
 
   const model::MlaConfig& cfg;
   const CalibrationOptions& opt;
-  const std::vector<std::unique_ptr<Capture>>& caps;
+  const std::vector<std::unique_ptr<io::CaptureReader>>& caps;
   const std::vector<int64_t>& n_hold;
   const MomentMode moment;
   const std::vector<std::string>& run_bases;
@@ -591,7 +591,7 @@ class LayerCalibrator {
   std::map<std::string, const Eigen::MatrixXd*> bases;
   SecondMoment m_fit, m_hold;
   RowReservoir r_fit, r_hold;
-  std::vector<std::map<int64_t, RawRows>> kept;  // pass 1 -> pass 2 (data in scratch.kept)
+  std::vector<std::map<int64_t, io::RawRows>> kept;  // pass 1 -> pass 2 (data in scratch.kept)
   MatrixR m_h;                                   // held-out second moment (fit's when none)
   std::map<std::string, PairAccum> acc;          // pass 2 -> fit_mu
   std::map<std::string, ErrorSums> fp8;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "calibration/calibrate.hpp"
-#include "calibration/capture.hpp"
+#include "io/capture.hpp"
 
 namespace mla::calib {
 
@@ -23,7 +23,7 @@ std::vector<int64_t> spread(int64_t n, int64_t k);
 struct CalibrationContext {
   const model::MlaConfig& cfg;
   const CalibrationOptions& opt;
-  const std::vector<std::unique_ptr<Capture>>& caps;
+  const std::vector<std::unique_ptr<io::CaptureReader>>& caps;
   const std::vector<int64_t>& n_hold;                         // held-out sequences per capture (the last ones)
   MomentMode moment;                                          // Auto resolved
   const std::vector<std::string>& run_bases;                  // bases measured (calibrated_bases)

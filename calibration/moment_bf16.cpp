@@ -236,17 +236,17 @@ void collect_block(const Src* c, int64_t rows, int d, double eps, bool fast, dou
 bool SecondMoment::bf16_kernel_available() { return cpu_bf16(); }
 void SecondMoment::use_portable_bf16(bool on) { g_force_portable = on; }
 
-void SecondMoment::collect_bf16(const void* c, StoredType type, int64_t rows, double eps) {
+void SecondMoment::collect_bf16(const void* c, io::StoredType type, int64_t rows, double eps) {
   if (rows <= 0) return;
   const int d = static_cast<int>(sum.cols());
-  if (type != StoredType::F32 && type != StoredType::BF16)
+  if (type != io::StoredType::F32 && type != io::StoredType::BF16)
     throw Error("SecondMoment::collect_bf16: rows must be float32 or bfloat16");
   const bool fast = cpu_bf16() && !g_force_portable && d % kW == 0;
-  const std::size_t esz = stored_bytes(type);
+  const std::size_t esz = io::stored_bytes(type);
   for (int64_t r0 = 0; r0 < rows; r0 += kFloatBlock) {
     const int64_t n = std::min<int64_t>(kFloatBlock, rows - r0);
     const auto* p = static_cast<const unsigned char*>(c) + static_cast<std::size_t>(r0) * d * esz;
-    if (type == StoredType::BF16) collect_block(reinterpret_cast<const uint16_t*>(p), n, d, eps, fast, sum.data());
+    if (type == io::StoredType::BF16) collect_block(reinterpret_cast<const uint16_t*>(p), n, d, eps, fast, sum.data());
     else collect_block(reinterpret_cast<const float*>(p), n, d, eps, fast, sum.data());
   }
   count += rows;

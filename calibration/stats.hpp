@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "calibration/bf16.hpp"
 #include "core/tensor.hpp"
+#include "io/capture.hpp"
 
 namespace mla::calib {
 
@@ -32,7 +32,7 @@ struct SecondMoment {
   // unbiased and averages out over tokens (docs/calibration.md, "BF16 second moment").
   // Without avx512_bf16 (or with use_portable_bf16(true)) the same operands go through
   // float32 sgemm: same products, another float32 summation order.
-  void collect_bf16(const void* c, StoredType type, int64_t rows, double eps);
+  void collect_bf16(const void* c, io::StoredType type, int64_t rows, double eps);
   static bool bf16_kernel_available();    // the CPU has avx512_bf16 (+ avx512bw/vl)
   static void use_portable_bf16(bool on);  // tests: force the sgemm path
   void merge(const SecondMoment& o);

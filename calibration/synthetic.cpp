@@ -53,11 +53,11 @@ inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
 }
 
 // Sequence s of one dataset: T * width values, stored as `dtype` into `out` (bytes).
-void generate(uint64_t key, int64_t T, int64_t width, const std::vector<double>* scale, StoredType dtype,
+void generate(uint64_t key, int64_t T, int64_t width, const std::vector<double>* scale, io::StoredType dtype,
               std::vector<unsigned char>& out) {
   const auto& tab = normal_table();
   const std::size_t n = static_cast<std::size_t>(T * width);
-  out.resize(n * stored_bytes(dtype));
+  out.resize(n * io::stored_bytes(dtype));
   float* f = reinterpret_cast<float*>(out.data());
   uint16_t* h = reinterpret_cast<uint16_t*>(out.data());
   const bool scaled = scale && !scale->empty();
@@ -67,7 +67,7 @@ void generate(uint64_t key, int64_t T, int64_t width, const std::vector<double>*
       const std::size_t i = i0 + j;
       float v = tab[(r >> (16 * j)) & 0xffffu];
       if (scaled) v = static_cast<float>(v * (*scale)[i % static_cast<std::size_t>(width)]);
-      if (dtype == StoredType::BF16) h[i] = float_to_bf16(v);
+      if (dtype == io::StoredType::BF16) h[i] = float_to_bf16(v);
       else f[i] = v;
     }
   }
@@ -77,7 +77,7 @@ void generate(uint64_t key, int64_t T, int64_t width, const std::vector<double>*
 
 void write_synthetic_capture(const std::string& path, const model::MlaConfig& cfg,
                              const SyntheticCaptureSpec& spec) {
-  if (spec.dtype != StoredType::F32 && spec.dtype != StoredType::BF16)
+  if (spec.dtype != io::StoredType::F32 && spec.dtype != io::StoredType::BF16)
     throw InputError("synthetic capture: dtype must be float32 or bfloat16");
   io::h5::write_atomically(path, [&](io::h5::File& f) {
     auto& root = f.root();
@@ -85,14 +85,14 @@ void write_synthetic_capture(const std::string& path, const model::MlaConfig& cf
     meta.model_type = cfg.model_type;
     meta.num_layers = spec.num_layers;
     meta.hidden_size = cfg.hidden_size;
-    meta.source = "synthetic seed " + std::to_string(spec.seed) + " (" + stored_type_name(spec.dtype) + ")";
+    meta.source = "synthetic seed " + std::to_string(spec.seed) + " (" + io::stored_type_name(spec.dtype) + ")";
     meta.corpus_sha256 = "synthetic";
     meta.checkpoint_fingerprint = spec.fingerprint;
     io::write_capture_attributes(root, meta);
     const auto S = static_cast<uint64_t>(spec.sequences), T = static_cast<uint64_t>(spec.seq_len);
     std::vector<int32_t> tokens(S * T, 1);
     root.write<int32_t>("calib/tokens", {S, T}, tokens.data());
-    const hid_t ftype = spec.dtype == StoredType::BF16 ? make_bf16_h5_type() : H5Tcopy(H5T_IEEE_F32LE);
+    const hid_t ftype = spec.dtype == io::StoredType::BF16 ? io::make_bf16_h5_type() : H5Tcopy(H5T_IEEE_F32LE);
     for (int64_t l = 0; l < spec.num_layers; ++l) {
       auto group = root.require_group("calib/" + io::h5::layer_group_name(l));
       auto emit = [&](const char* ds, uint64_t width, const std::vector<double>* scale, uint64_t ds_id) {

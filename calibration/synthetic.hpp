@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "calibration/bf16.hpp"
+#include "io/capture.hpp"
 #include "model/config.hpp"
 
 namespace mla::calib {
@@ -21,7 +21,7 @@ struct SyntheticCaptureSpec {
   std::vector<double> channel_scale;  // latent: per-channel std (d_c entries); empty: all 1
   uint64_t seed = 1;
   std::string fingerprint;       // written as checkpoint_fingerprint when non-empty
-  StoredType dtype = StoredType::F32;  // F32 or BF16
+  io::StoredType dtype = io::StoredType::F32;  // F32 or BF16
 };
 
 void write_synthetic_capture(const std::string& path, const model::MlaConfig& cfg,

@@ -20,6 +20,11 @@
 
 using namespace mla;
 using namespace mla::calib;
+using io::classify_h5_float_type;  // the capture element types live with the capture reader
+using io::IoMode;
+using io::make_bf16_h5_type;
+using io::stored_type_name;
+using io::StoredType;
 namespace fs = std::filesystem;
 
 namespace {

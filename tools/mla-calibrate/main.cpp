@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       mla::calib::SyntheticCaptureSpec spec;
       spec.sequences = o.synth_sequences; spec.seq_len = o.synth_seq_len;
       spec.num_layers = o.synth_layers; spec.latent = !o.synth_hidden;
-      spec.dtype = o.synth_dtype == "bf16" ? mla::calib::StoredType::BF16 : mla::calib::StoredType::F32;
+      spec.dtype = o.synth_dtype == "bf16" ? mla::io::StoredType::BF16 : mla::io::StoredType::F32;
       if (o.synth_decay != 1.0)
         for (int64_t i = 0; i < cfg.kv_lora_rank; ++i) spec.channel_scale.push_back(std::pow(o.synth_decay, static_cast<double>(i)));
       mla::calib::write_synthetic_capture(o.synth_out, cfg, spec);
@@ -116,10 +116,10 @@ int main(int argc, char** argv) {
                      : o.moment == "f32"                 ? mla::calib::MomentMode::F32
                      : o.moment == "bf16"                ? mla::calib::MomentMode::BF16
                                                          : mla::calib::MomentMode::Auto;
-    o.calib.io = o.io == "direct"     ? mla::calib::IoMode::Direct
-                 : o.io == "buffered" ? mla::calib::IoMode::Buffered
-                 : o.io == "hdf5"     ? mla::calib::IoMode::Hdf5
-                                      : mla::calib::IoMode::Auto;
+    o.calib.io = o.io == "direct"     ? mla::io::IoMode::Direct
+                 : o.io == "buffered" ? mla::io::IoMode::Buffered
+                 : o.io == "hdf5"     ? mla::io::IoMode::Hdf5
+                                      : mla::io::IoMode::Auto;
     o.calib.groups.clear();
     for (int64_t g : parse_list(o.tp, "--tp")) o.calib.groups.push_back(static_cast<int>(g));
     if (!o.layers.empty()) o.calib.layers = parse_list(o.layers, "--layers");
