@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_device.cuh"
 #include "kernels/prefix_attention.hpp"
 #include "kernels/prefix_device.cuh"
 
@@ -24,8 +25,8 @@ using namespace prefix;
 constexpr int kTile = quant::kPrefixTile;            // 64 prefix tokens per tile
 constexpr int kRows = quant::kPrefixRowsPerBlock;    // 128 query rows per CTA (8 warps x 16)
 constexpr int kThreads = 256;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using detail::kLn2;
+using detail::kLog2e;
 
 // Shared-memory row stride of a K or V tile row of `bytes`: the XOR swizzle (prefix_device.cuh)
 // moves a 16-byte chunk within its aligned group of 8 (128 bytes), so a row must span whole

@@ -26,7 +26,6 @@ bool have_gpu() {
 #define REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
-void ck(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
 
 template <class T>
 using DevBuf = cuda::DeviceBuffer<T>;
@@ -75,7 +74,7 @@ void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
   DeviceCase d(c, parts);
   d.p.variant = s.variant;
   kernels::mla_decode_bf16(d.p, nullptr);
-  ck(cudaDeviceSynchronize());
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const std::vector<uint16_t> gpu_out = d.out.download();
   const std::vector<float> gpu_lse = d.lse.download();
   EXPECT_EQ(d.flag.download()[0], 0);
@@ -139,7 +138,7 @@ TEST(DecodeGpu, DeviceScheduleEqualsHostSchedule) {
         quant::compute_decode_schedule(L.data(), B, tile, parts, info.data(), off.data());
         DevBuf<int32_t> d_L(L), d_info(std::vector<int32_t>(info.size(), -9)), d_off(std::vector<int32_t>(off.size(), -9));
         kernels::decode_schedule_on_device(d_L.ptr, B, tile, parts, d_info.ptr, d_off.ptr, nullptr);
-        ck(cudaDeviceSynchronize());
+        cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         ASSERT_EQ(d_info.download(), info) << "B=" << B << " parts=" << parts << " tile=" << tile;
         ASSERT_EQ(d_off.download(), off) << "B=" << B << " parts=" << parts << " tile=" << tile;
       }
@@ -189,7 +188,7 @@ TEST(DecodeGpu, WgmmaBadPageIdIsFlagged) {
       DeviceCase d(c, 4);
       d.p.variant = variant;
       kernels::mla_decode_bf16(d.p, nullptr);
-      ck(cudaDeviceSynchronize());
+      cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       EXPECT_EQ(d.flag.download()[0], 1) << "variant " << variant << " d_c " << d_c;
       for (uint16_t v : d.out.download()) ASSERT_NE(v & 0x7F80, 0x7F80) << "non-finite output, variant " << variant;
     }
@@ -217,19 +216,19 @@ TEST(DecodeGpu, GraphCaptureReplaysTheSameResult) {
   DecodeCase c = make_decode_case({3000, 10, 700, 64}, 1, 16, 512, 64, 64, 111);
   DeviceCase d(c, kernels::decode_parts_for_device(c.host_params(0)));
   kernels::mla_decode_bf16(d.p, nullptr);
-  ck(cudaDeviceSynchronize());
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const auto direct = d.out.download();
-  ck(cudaMemset(d.out.ptr, 0, d.out.count * sizeof(uint16_t)));
+  cuda::check(cudaMemset(d.out.ptr, 0, d.out.count * sizeof(uint16_t)), "cudaMemset");
   cudaStream_t s;
-  ck(cudaStreamCreate(&s));
+  cuda::check(cudaStreamCreate(&s), "cudaStreamCreate");
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
   kernels::mla_decode_bf16(d.p, s);  // no host sync inside: capture must succeed
-  ck(cudaStreamEndCapture(s, &graph));
-  ck(cudaGraphInstantiate(&exec, graph, 0));
-  ck(cudaGraphLaunch(exec, s));
-  ck(cudaStreamSynchronize(s));
+  cuda::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+  cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cuda::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+  cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   EXPECT_EQ(d.out.download(), direct);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -242,7 +241,7 @@ TEST(DecodeGpu, BadPageIdIsFlaggedAndHostChecksWorkspace) {
   c.page_table[2] = kSentinelPage;  // tokens 128..199 need it
   DeviceCase d(c, 4);
   kernels::mla_decode_bf16(d.p, nullptr);
-  ck(cudaDeviceSynchronize());
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   EXPECT_EQ(d.flag.download()[0], 1);
   auto p = d.p;
   p.workspace_bytes = 16;
@@ -280,7 +279,7 @@ TEST(CacheAppendGpu, BitExactWithTwin) {
   p.num_pages = c.num_pages;
   p.page_size = c.page_size;
   kernels::cache_append_bf16(p, nullptr);
-  ck(cudaDeviceSynchronize());
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   quant::cache_append_twin_bf16(kv_new.data(), B, n_new, dim, pos.data(), c.page_table.data(), c.max_pages,
                                 c.cache.data(), c.num_pages, c.page_size);
   const auto gpu = d_cache.download();
@@ -325,7 +324,7 @@ TEST(TplaGpu, SequentialRanksSumOfOProjMatchesFloat64) {
     rank.out.assign(static_cast<size_t>(full.batch) * H * w, kBf16NaN);
     DeviceCase d(rank, kernels::decode_parts_for_device(rank.host_params(0)));
     kernels::mla_decode_bf16(d.p, nullptr);  // rank k, after rank k-1 on the same GPU
-    ck(cudaDeviceSynchronize());
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     add_rank_output(bf16_to_f64(d.out.download()), k, y_gpu);
     add_rank_output(reference_decode(rank).out, k, y_ref);
   }
