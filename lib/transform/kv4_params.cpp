@@ -90,6 +90,57 @@ nlohmann::json kv4_params_json(const Kv4Params& p) {
   return out;
 }
 
+Kv4Params kv4_params_from_section(const nlohmann::json& k, const std::string& where, const Kv4Choice& choice) {
+  auto bad = [&](const std::string& what) { throw InputError(where + ": kv_cache " + what); };
+  if (!k.is_object() || !k.contains("format") || !k["format"].is_string()) bad("section has no format");
+  const std::string f = k["format"];
+  Kv4Params p;
+  if (f == "fp4_e2m1_ue8m0_g32") {
+    p.format = "fp4";
+  } else if (f == "codebook4_lloyd_max_per_token_rms") {
+    p.format = "codebook";
+  } else {
+    bad("format '" + f + "' is not a 4-bit format");
+  }
+  p.calib = where;
+  const std::string rule = k.contains("scale") ? k["scale"].value("rule", std::string("round")) : "round";
+  p.rule = parse_fp4_rule(choice.rule != "round" ? choice.rule : rule);
+  p.c_source = choice.c ? std::to_string(*choice.c) : "recorded";
+  if (!k.contains("layers") || !k["layers"].is_array()) bad("section has no layers array");
+  for (size_t i = 0; i < k["layers"].size(); ++i) {
+    const nlohmann::json& lj = k["layers"][i];
+    const std::string at = "layers[" + std::to_string(i) + "]";
+    Kv4LayerParams L;
+    L.protect_bf16 = choice.protect && lj.value("protect_bf16", false);
+    if (p.format == "fp4") {
+      if (!lj.contains("c") || !lj["c"].is_number()) bad(at + " has no number c");
+      L.c_fitted = lj["c"].get<float>();
+      L.fp4 = quant::Fp4CacheEncoding{p.rule, choice.c ? *choice.c : L.c_fitted};
+      try {
+        quant::validate_fp4_encoding(L.fp4);
+      } catch (const InputError& e) {
+        bad(at + ": " + e.what());
+      }
+    } else {
+      if (!lj.contains("levels") || !lj["levels"].is_array() || lj["levels"].size() != 16)
+        bad(at + " has no 16 levels");
+      for (int q = 0; q < 16; ++q) {
+        if (!lj["levels"][q].is_number()) bad(at + ".levels[" + std::to_string(q) + "] is not a number");
+        L.codebook.levels[q] = lj["levels"][q].get<float>();
+        L.codebook_levels.push_back(L.codebook.levels[q]);
+      }
+      L.codebook_mean_square = 1.0;
+      try {
+        quant::validate_codebook_table(L.codebook);
+      } catch (const InputError& e) {
+        bad(at + ": " + e.what());
+      }
+    }
+    p.layers.push_back(std::move(L));
+  }
+  return p;
+}
+
 Kv4Params plan_kv4_conversion(const std::filesystem::path& calib, const std::string& format, int64_t num_layers,
                               int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& rotation_mode,
                               std::map<int64_t, MatrixR>& rotations, nlohmann::json& rotation_json) {

@@ -61,6 +61,12 @@ Kv4Params load_kv4_params(const std::filesystem::path& calib, const std::string&
 // the RMS-unit tables, protected layers).
 nlohmann::json kv4_params_json(const Kv4Params& p);
 
+// The parameters a converted rank's config.json records (its `kv_cache` section, written by
+// kv4_cache_section): format, rule, per-layer c or RMS-unit levels, protected layers. `where`
+// names the file in errors (InputError for a missing or malformed field, naming it). Choice
+// overrides as for load_kv4_params (c, rule; protect = false quantises the protected layers).
+Kv4Params kv4_params_from_section(const nlohmann::json& kv_cache, const std::string& where, const Kv4Choice& choice);
+
 // mla-convert --kv fp4|codebook: loads the parameters from `calib` (required: InputError naming
 // the option otherwise) and, unless rotation_mode is "none", composes every layer's rotation
 // (the map of convert.cpp: per layer, or shared under key -1) with kv4_slice_rotation(d_c, g,

@@ -461,9 +461,24 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   // --kv fp4 | codebook: the per-layer parameters fitted by mla-calibrate.
   std::optional<transform::Kv4Params> kv4;
   if (transform::is_kv4_format(o.kv)) {
-    if (o.calib.empty()) throw InputError("--kv " + o.kv + " needs --calib calib.h5 (mla-calibrate's fitted c and codebooks)");
-    kv4 = transform::load_kv4_params(o.calib, o.kv, cfg.attention_layers(),
-                                     transform::Kv4Choice{o.fp4_rule, o.fp4_c, o.kv4_protect});
+    const transform::Kv4Choice choice{o.fp4_rule, o.fp4_c, o.kv4_protect};
+    if (!o.calib.empty()) {
+      kv4 = transform::load_kv4_params(o.calib, o.kv, cfg.attention_layers(), choice);
+    } else {
+      // A --kv fp4|codebook conversion records its parameters (rank 0's config.json kv_cache).
+      const fs::path rc = o.converted / io::rank_dir_name(0, detect_tp(o.converted)) / "config.json";
+      std::ifstream in(rc);
+      const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j.contains("kv_cache"))
+        throw InputError("--kv " + o.kv + " needs --calib calib.h5 (mla-calibrate's fitted c and codebooks), or a "
+                         "checkpoint converted with --kv " + o.kv + " (" + rc.string() + " has no kv_cache section)");
+      kv4 = transform::kv4_params_from_section(j["kv_cache"], rc.string(), choice);
+      if (kv4->format != o.kv)
+        throw InputError("--kv " + o.kv + ": " + rc.string() + " records the " + kv4->format + " format");
+      if (static_cast<int64_t>(kv4->layers.size()) < cfg.attention_layers())
+        throw InputError(rc.string() + ": kv_cache has " + std::to_string(kv4->layers.size()) + " layers, the model " +
+                         std::to_string(cfg.attention_layers()));
+    }
   } else if (!o.calib.empty()) {
     throw InputError("--calib is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
   }

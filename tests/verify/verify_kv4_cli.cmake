@@ -3,7 +3,8 @@
 # thresholds; calib.h5's protected layers are really BF16 (their errors equal the --kv bf16 run's
 # to the last digit) while the others differ; the study options (--fp4-c 0.156, --fp4-rule) run;
 # refusals exit 1 with a message: no --calib, --device cuda (no 4-bit GPU backend here), a tp = 8
-# slice of d_c / g = 16 (not a 4-bit width).
+# slice of d_c / g = 16 (not a 4-bit width). A --kv fp4 conversion needs no --calib: verify-decode
+# reads the recorded parameters and gets the same errors; --kv codebook on it is refused.
 include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v2)
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --calib ${SRC}/docs/math.md
@@ -71,5 +72,18 @@ if(NOT fmt STREQUAL "fp4_e2m1_ue8m0_g32" OR NOT kind STREQUAL "walsh_hadamard_pe
    OR NOT bpt EQUAL 98 OR NOT algo STREQUAL "MXFP4" OR c0 LESS_EQUAL 0)
   message(FATAL_ERROR "tp2 fp4 metadata: format ${fmt}, rotation ${kind} width ${bw}, bytes ${bpt}, algo ${algo}, c ${c0}")
 endif()
-run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --calib ${WORK}/calib.h5 --max-rel-l2 1 --max-cos-diff 1)
+run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --calib ${WORK}/calib.h5 --max-rel-l2 1 --max-cos-diff 1
+    --json ${WORK}/tp2-calib.json)
+# Without --calib the parameters recorded in the conversion are used: the same cache, the same errors.
+run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --max-rel-l2 1 --max-cos-diff 1 --json ${WORK}/tp2-recorded.json)
+file(READ ${WORK}/tp2-calib.json ja)
+file(READ ${WORK}/tp2-recorded.json jr)
+foreach(i RANGE ${last})
+  string(JSON ea GET "${ja}" layers ${i} converted_vs_original rel_l2)
+  string(JSON er GET "${jr}" layers ${i} converted_vs_original rel_l2)
+  if(NOT ea STREQUAL er)
+    message(FATAL_ERROR "layer ${i}: recorded parameters give rel_l2 ${er}, calib.h5's ${ea}")
+  endif()
+endforeach()
+run(1 ${V} --converted ${WORK}/tp2fp4 --kv codebook)
 run(1 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --kv codebook -o ${WORK}/nocalib ${M})

@@ -57,12 +57,13 @@ int main(int argc, char** argv) {
                  "cpu; thresholds at least 0.08 rel_l2 / 3.2e-3 1-cos); fp8-rope-aware, fp8-A .. fp8-D (SnapMLA study "
                  "configurations: the cache quantised-dequantised, BF16 decode twin, cpu only); fp4 (E2M1 + UE8M0 per 32, 400 "
                  "B/token) and codebook (16-level Lloyd-Max per layer + per-token scale, 388 B/token): append twin, "
-                 "BF16 dequantisation, BF16 decode twin (docs/formats/kv-fp4.md), need --calib; thresholds at least "
+                 "BF16 dequantisation, BF16 decode twin (docs/formats/kv-fp4.md), parameters from --calib or from a "
+                 "--kv fp4|codebook conversion's config.json; thresholds at least "
                  "0.25 rel_l2 / 0.032 1-cos")
       ->check(CLI::IsMember(mla::verify::kv_format_names()))
       ->capture_default_str();
   app.add_option("--calib", o.calib, "With --kv fp4|codebook: mla-calibrate's calib.h5 (per-layer c, codebooks, "
-                 "protected layers)")->check(CLI::ExistingFile);
+                 "protected layers); without it, the parameters a --kv fp4|codebook conversion recorded")->check(CLI::ExistingFile);
   app.add_option("--fp4-rule", o.fp4_rule, "With --kv fp4: UE8M0 exponent rule round (E = round(log2(c amax))), "
                  "ocp_floor (OCP MX) or rceil")->check(CLI::IsMember({"round", "ocp_floor", "rceil"}))->capture_default_str();
   float fp4_c = 0.f;
