@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "common/gpu.hpp"
 #include "core/error.hpp"
 #include "decode_case.hpp"
 #include "kernels/cuda_check.hpp"
@@ -18,14 +19,6 @@
 
 namespace mla::test {
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
-
 
 template <class T>
 using DevBuf = cuda::DeviceBuffer<T>;

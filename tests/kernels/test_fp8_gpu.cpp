@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu.hpp"
 #include "../quant/fp8_decode_case.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -23,13 +24,6 @@
 
 namespace mla::test {
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 template <class T>
 using Dev = cuda::DeviceBuffer<T>;

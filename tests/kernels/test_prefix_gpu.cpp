@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "common/gpu.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/mla_decode.hpp"
@@ -19,13 +20,6 @@
 
 namespace mla::test {
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 template <class T>
 using Dev = cuda::DeviceBuffer<T>;
