@@ -499,7 +499,8 @@ void run_simple(const io::Checkpoint& ckpt, const ConvertOptions& o, const Unit&
                                     &w.prof->memory_wait);
     std::optional<EncodedTensor> e = encode_slice_fast(src, r0, r1, c0, c1, dt, u.rows_disjoint);
     if (!e)
-      e = encode_rows(u.name, dt, r1 - r0, ncols, [&](int64_t a, int64_t b, double* out) {
+      // Init-captures: clang 14 cannot capture structured bindings (the sanitizer CI build).
+      e = encode_rows(u.name, dt, r1 - r0, ncols, [&, r0 = r0, c0 = c0, c1 = c1](int64_t a, int64_t b, double* out) {
         src.populate_rows(r0 + a, r0 + b);
         ScopedPhase timed(&es->dequantise, static_cast<uint64_t>((b - a) * ncols * dtype_bits(src.dtype()) / 8));
         for (int64_t r = a; r < b; ++r) src.read_row(r0 + r, c0, c1, out + (r - a) * ncols);
