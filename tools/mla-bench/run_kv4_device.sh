@@ -44,4 +44,6 @@ fi
 export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 timeout ${KV4_PEER_TIMEOUT:-300} python3 tools/mla-bench/peer_kv4.py --lib /tmp/b/tools/mla-bench/libmla_kv4_capi.so \
   --json "$OUT/peer_kv4.json" ${KV4_PEER_ARGS:-} 2>&1 | tee "$OUT/peer_kv4.log"
+# The verify-decode outputs in one archive (the device tool returns a limited number of files).
+ls "$OUT"/vd_* > /dev/null 2>&1 && tar -C "$OUT" -czf "$OUT/verify_decode_kv4.tar.gz" $(cd "$OUT" && ls vd_*) && rm -f "$OUT"/vd_*
 echo "done: $(date +%T)"
