@@ -34,6 +34,7 @@
 #include "kernels/fp8_wgmma.cuh"
 #include "kernels/mla_decode.hpp"
 #include "kernels/wgmma_ops.cuh"
+#include "quant/fp4_cache_format.hpp"
 
 namespace mla::kernels {
 namespace {
@@ -379,7 +380,9 @@ size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_que
   return n;
 }
 
-void fp8_decode(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
+namespace {
+// fp8_decode's body; fp4_cache: p.cache holds FP4 pages for the narrow kernel's FP4 route.
+void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool fp4_cache) {
   quant::validate_fp8_decode_params(p_in);
   if (!fp8_decode_shape_supported(p_in))
     throw InputError("fp8 decode params: (d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) +
@@ -394,13 +397,13 @@ void fp8_decode(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
   const quant::Bf16DecodeParams po = output_shim(p, parts);
   const detail::Workspace w = detail::carve(po);
   decode_schedule_on_device(p.seqlens, p.batch, kT, parts, w.info, w.offsets, stream);
-  if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream);
+  if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream, fp4_cache);
   else if (p.d_r == 64) launch_split_dc<64>(p, po, w, parts, stream);
   else launch_split_dc<32>(p, po, w, parts, stream);
   detail::launch_combine(po, w, stream);
 }
 
-void fp8_decode_bf16q(const quant::Fp8DecodeParams& p_in, const uint16_t* q, cudaStream_t stream) {
+void decode_bf16q_impl(const quant::Fp8DecodeParams& p_in, const uint16_t* q, cudaStream_t stream, bool fp4_cache) {
   quant::Fp8DecodeParams p = p_in;
   if (p.num_parts == 0 && p.batch > 0 && p.heads > 0) p.num_parts = fp8_decode_parts_for_device(p);
   const size_t need = fp8_decode_workspace_bytes(p, true);
@@ -420,7 +423,25 @@ void fp8_decode_bf16q(const quant::Fp8DecodeParams& p_in, const uint16_t* q, cud
   p.q_scale = q_scale;
   quant::validate_fp8_decode_params(p);
   fp8_quantize_query(q, static_cast<int>(rows), p.d_c, p.d_r, q8, q_rope, q_scale, stream);
-  fp8_decode(p, stream);
+  decode_impl(p, stream, fp4_cache);
+}
+}  // namespace
+
+void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream) { decode_impl(p, stream, false); }
+
+void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream) {
+  decode_bf16q_impl(p, q, stream, false);
+}
+
+void fp8_decode_fp4_cache_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream) {
+  auto bad = [](const std::string& what) { throw InputError("fp8 decode of an FP4 cache: " + what); };
+  if (p.s_q * p.heads > fp8::kNarrowRows)
+    bad("s_q * heads = " + std::to_string(p.s_q * p.heads) + " query rows (the FP8 route takes <= " +
+        std::to_string(fp8::kNarrowRows) + "; the BF16 route, kernels/kv4_decode.hpp, takes any)");
+  quant::validate_fp4_layout(quant::Fp4CacheLayout{p.page_size, p.d_c, p.d_r});
+  if (p.page_size % quant::kFp8DecodeTile != 0)
+    bad("page_size = " + std::to_string(p.page_size) + " (a multiple of " + std::to_string(quant::kFp8DecodeTile) + ")");
+  decode_bf16q_impl(p, q, stream, true);
 }
 
 }  // namespace mla::kernels

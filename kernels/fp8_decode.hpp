@@ -30,4 +30,13 @@ void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream);
 // (p.q8 etc. are ignored), then fp8_decode. Needs fp8_decode_workspace_bytes(p, true).
 void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream);
 
+// The FP8-tensor-core route of the FP4 cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp,
+// 400 B per token at d_c = 512), each 64-token tile rewritten in shared memory as the FP8 tile
+// quant::fp4_cache_to_fp8 gives (exact whenever a token's group exponents span <= 11 octaves),
+// then decoded as fp8_decode_bf16q decodes FP8 pages: the result equals fp8_decode_bf16q on
+// quant::fp4_cache_to_fp8 of the pages, bit for bit, with the same num_parts. <= 32 query rows
+// (the narrow kernel), d_c 128/256/512, d_r 32/64, pages 64/128; mla::InputError otherwise.
+// Workspace: fp8_decode_workspace_bytes(p, true).
+void fp8_decode_fp4_cache_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream);
+
 }  // namespace mla::kernels

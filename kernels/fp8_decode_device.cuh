@@ -135,7 +135,9 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
 }
 
 // The narrow kernel's launch (kernels/fp8_decode_narrow.cu): rows = s_q heads <= kNarrowRows.
+// fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile.
 constexpr int kNarrowRows = 32;
-void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
+void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
+                   bool fp4_cache = false);
 
 }  // namespace mla::kernels::fp8

@@ -23,6 +23,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/decode_launch.hpp"
+#include "kernels/fp4_to_fp8.cuh"
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_wgmma.cuh"
 #include "kernels/wgmma_ops.cuh"
@@ -32,11 +33,16 @@ namespace {
 
 constexpr int kNThreads = 512;
 
-template <int DC, int DR, int N>
+// FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); warpgroup 3 converts each tile into
+// the FP8 stage (kernels/fp4_to_fp8.cuh) through a raw ring of kR FP4 tiles, which takes one
+// FP8 stage's room.
+template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
   static constexpr int kCPT = 2 * kNB;           // contiguous channels per thread
-  static constexpr int kS = DC == 512 ? 4 : 6;   // ring stages
+  static constexpr int kS = (DC == 512 ? 4 : 6) - (FP4 ? 1 : 0);  // ring stages
+  static constexpr int kR = FP4 ? 2 : 0;                          // raw FP4 stages
+  static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
   static constexpr uint32_t kRSbo = 8 * kRB;
@@ -47,7 +53,10 @@ struct NCfg {
   // gamma [2][N], fin [N][2] floats
   static constexpr uint32_t kSmall = (2 * N + 2 * N) * 4;
   // + full/empty barriers and each stage's valid token count
-  static constexpr size_t smem() { return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS; }
+  static constexpr size_t smem() {
+    return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
+           4 * kR;
+  }
 };
 
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; warpgroup 0's
@@ -61,11 +70,11 @@ constexpr int kConsumers = 384;
 __device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
 __host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
 
-template <int DC, int DR, int N>
+template <int DC, int DR, int N, bool FP4>
 __global__ void __launch_bounds__(kNThreads, 1)
     narrow_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc) {
-  using C = NCfg<DC, DR, N>;
+  using C = NCfg<DC, DR, N, FP4>;
   constexpr int S = C::kS, NC = N / 4;  // NC: query rows per thread in an m64nN accumulator
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw = detail::smem_u32(smem_raw);
@@ -78,11 +87,18 @@ __global__ void __launch_bounds__(kNThreads, 1)
   float* fin = gam + 2 * N;
   const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
+  // FP4 only: the raw ring (128-byte aligned), its full/empty barriers and valid counts.
+  const uint32_t sRaw = (sValid + 4 * S + 127u) & ~127u;
+  const uint32_t rbar = sRaw + C::kR * C::kRawStage, rValid = rbar + 16 * C::kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      detail::mbar_init(bar0 + 8 * s, 1);
-      detail::mbar_init(bar0 + 8 * (S + s), 12);  // every consumer warp releases a stage
+      detail::mbar_init(bar0 + 8 * s, FP4 ? 4 : 1);  // the producer's expect_tx, or the 4 converter warps
+      detail::mbar_init(bar0 + 8 * (S + s), 12);      // every consumer warp releases a stage
+    }
+    for (int r = 0; r < C::kR; ++r) {
+      detail::mbar_init(rbar + 8 * r, 1);               // the copying thread's expect_tx
+      detail::mbar_init(rbar + 8 * (C::kR + r), 4);     // the 4 converter warps
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -91,12 +107,21 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
 
-  if (warp >= 12) {  // ---- producer ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
+  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + converters (FP4 cache) ----
+    if constexpr (FP4) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      convert_fp4_tiles<DC, DR, S, C::kR>(p, in, gbase + (sSt - base), C::kStage, bar0, sValid, gbase + (sRaw - base),
+                                          sRaw, rbar, rValid, threadIdx.x - 384);
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+      if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
+    }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+  if constexpr (FP4)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n" ::: "memory");
+  else
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
   // Broadcast from lane 0 so ptxas knows the role is warp-uniform: an RS wgmma under a branch
   // it cannot prove uniform is serialised (C7520).
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0), wiw = warp % 4;
@@ -348,34 +373,41 @@ __global__ void __launch_bounds__(kNThreads, 1)
   }
 }
 
-template <int DC, int DR, int N>
+template <int DC, int DR, int N, bool FP4>
 void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
   static bool smem_set = false;
-  const size_t smem = NCfg<DC, DR, N>::smem();
-  cuda::set_smem_limit_once(narrow_split_kernel<DC, DR, N>, smem, smem_set,
+  const size_t smem = NCfg<DC, DR, N, FP4>::smem();
+  cuda::set_smem_limit_once(narrow_split_kernel<DC, DR, N, FP4>, smem, smem_set,
                             "fp8 narrow decode split kernel smem limit");
-  narrow_split_kernel<DC, DR, N><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
+  narrow_split_kernel<DC, DR, N, FP4><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc,
+                                                                                   w.lse_acc);
   cuda::check(cudaGetLastError(), "fp8 narrow decode split launch", "mla decode");
 }
 
-template <int DC, int DR>
+template <int DC, int DR, bool FP4>
 void launch_n(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.s_q * p.heads <= 16) launch_cfg<DC, DR, 16>(p, w, parts, stream);
-  else launch_cfg<DC, DR, 32>(p, w, parts, stream);
+  if (p.s_q * p.heads <= 16) launch_cfg<DC, DR, 16, FP4>(p, w, parts, stream);
+  else launch_cfg<DC, DR, 32, FP4>(p, w, parts, stream);
 }
 
-template <int DR>
+template <int DR, bool FP4>
 void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.d_c == 128) launch_n<128, DR>(p, w, parts, stream);
-  else if (p.d_c == 256) launch_n<256, DR>(p, w, parts, stream);
-  else launch_n<512, DR>(p, w, parts, stream);
+  if (p.d_c == 128) launch_n<128, DR, FP4>(p, w, parts, stream);
+  else if (p.d_c == 256) launch_n<256, DR, FP4>(p, w, parts, stream);
+  else launch_n<512, DR, FP4>(p, w, parts, stream);
 }
 
 }  // namespace
 
-void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.d_r == 64) launch_dc<64>(p, w, parts, stream);
-  else launch_dc<32>(p, w, parts, stream);
+void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
+                   bool fp4_cache) {
+  if (fp4_cache) {
+    if (p.d_r == 64) launch_dc<64, true>(p, w, parts, stream);
+    else launch_dc<32, true>(p, w, parts, stream);
+  } else {
+    if (p.d_r == 64) launch_dc<64, false>(p, w, parts, stream);
+    else launch_dc<32, false>(p, w, parts, stream);
+  }
 }
 
 }  // namespace mla::kernels::fp8

@@ -23,12 +23,14 @@
 #include "core/dtype.hpp"
 #include "decode_case.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/fp8_decode.hpp"
 #include "kernels/kv4_append.hpp"
 #include "kernels/kv4_decode.hpp"
 #include "kernels/mla_decode.hpp"
 #include "model/metrics.hpp"
 #include "quant/codebook_cache_format.hpp"
 #include "quant/fp4_cache_format.hpp"
+#include "quant/fp4_to_fp8.hpp"
 
 namespace mla::test {
 namespace {
@@ -503,6 +505,80 @@ TEST(Kv4DecodeGpu, AppendedPagesDecodeAsTheTwin) {
     EXPECT_LT(m.rel_l2, kTwinRelL2Tol) << m.summary();
     std::vector<double> twin_lse(c.lse.begin(), c.lse.end());
     EXPECT_LT(lse_max_abs_diff(gpu.lse, twin_lse), kTwinLseAbsTol);
+  }
+}
+
+// ---- the FP8-tensor-core route (kernels/fp8_decode.hpp fp8_decode_fp4_cache_bf16q) ----
+
+// Runs the FP8 decode from the case's bf16 query on `pages`: FP4 pages through the FP8 route,
+// or FP8 pages through fp8_decode_bf16q.
+Result run_fp8(const Kv4Case& c, const std::vector<uint8_t>& pages, bool fp4, int parts) {
+  const DecodeCase& b = c.bf;
+  Dev<uint16_t> q(b.q), out(b.out.size());
+  Dev<int32_t> table(b.page_table), seqlens(b.seqlens);
+  Dev<float> lse(b.lse.size());
+  Dev<int> flag(std::vector<int>{0});
+  Dev<uint8_t> cache(pages);
+  quant::Fp8DecodeParams p;
+  p.cache = cache.ptr;
+  p.page_table = table.ptr;
+  p.seqlens = seqlens.ptr;
+  p.out = out.ptr;
+  p.lse = lse.ptr;
+  p.batch = b.batch;
+  p.s_q = b.s_q;
+  p.heads = b.heads;
+  p.d_c = b.d_c;
+  p.d_r = b.d_r;
+  p.num_pages = b.num_pages;
+  p.page_size = b.page_size;
+  p.max_pages = b.max_pages;
+  p.scale = b.scale;
+  p.num_parts = parts;
+  p.error_flag = flag.ptr;
+  Dev<char> ws(kernels::fp8_decode_workspace_bytes(p, true));
+  p.workspace = ws.ptr;
+  p.workspace_bytes = ws.count;
+  if (fp4)
+    kernels::fp8_decode_fp4_cache_bf16q(p, q.ptr, nullptr);
+  else
+    kernels::fp8_decode_bf16q(p, q.ptr, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "fp8 decode");
+  Result r;
+  out.download(r.out);
+  lse.download(r.lse);
+  r.flag = flag.download()[0];
+  return r;
+}
+
+// The FP4 pages decoded through the FP8 route equal, bit for bit, the FP8 decode of the FP8 pages
+// quant::fp4_cache_to_fp8 makes of them (the same consumer code on the same stage bytes), and
+// stay within the FP8 decode's float64 bound (tests/kernels/test_fp8_gpu.cpp) of the FP4 values.
+TEST(Kv4Fp8RouteGpu, EqualsFp8DecodeOfConvertedPages) {
+  REQUIRE_GPU();
+  struct Shape {
+    int s_q, heads, d_c, d_r, page;
+  };
+  for (const Shape sh : {Shape{1, 16, 512, 64, 64}, Shape{2, 8, 512, 64, 64}, Shape{1, 32, 512, 64, 128},
+                         Shape{2, 16, 256, 64, 64}, Shape{1, 4, 128, 32, 64}, Shape{1, 1, 512, 64, 64}}) {
+    SCOPED_TRACE("s_q " + std::to_string(sh.s_q) + " heads " + std::to_string(sh.heads) + " d_c " +
+                 std::to_string(sh.d_c) + " d_r " + std::to_string(sh.d_r) + " page " + std::to_string(sh.page));
+    auto c = make_case(Kv4Format::Fp4, {1, 63, 64, 65, 300, 1000}, sh.s_q, sh.heads, sh.d_c, sh.d_r, sh.page,
+                       131 + sh.heads + sh.d_c, 120, 127);
+    const quant::Fp4CacheLayout l{sh.page, sh.d_c, sh.d_r};
+    std::vector<uint8_t> fp8(quant::Fp8CacheLayout{sh.page, sh.d_c, sh.d_r}.page_bytes() * c.bf.num_pages);
+    quant::fp4_cache_to_fp8(l, c.pages.data(), c.bf.num_pages, fp8.data());
+    const int parts = 40;
+    const Result a = run_fp8(c, c.pages, true, parts), b = run_fp8(c, fp8, false, parts);
+    EXPECT_EQ(a.flag, 0);
+    size_t diff = 0;
+    for (size_t i = 0; i < a.out.size(); ++i) diff += a.out[i] != b.out[i] ? 1 : 0;
+    EXPECT_EQ(diff, 0u) << "outputs differ at " << diff << " of " << a.out.size();
+    EXPECT_EQ(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)), 0) << "LSE differs";
+    const Reference ref = reference_decode(c.bf);  // float64 on the FP4 values (the dequantised cache)
+    const auto m = model::compare(bf16_to_f64(a.out), ref.out);
+    EXPECT_TRUE(m.nonfinite_match) << m.summary();
+    EXPECT_LT(m.rel_l2, 0.08) << m.summary();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/fp8_decode.hpp"
 #include "kernels/kv4_decode.hpp"
 
 namespace {
@@ -24,22 +25,35 @@ mla::quant::Bf16DecodeParams shape(int batch, int s_q, int heads, int d_c, int d
 
 extern "C" {
 
-// Default parts for the shape on the current device (0 on error) and the workspace bytes.
-int mla_kv4_capi_parts(int batch, int s_q, int heads, int d_c, int d_r, size_t* workspace_bytes) {
+// Default parts for the shape and route on the current device (0 on error) and the workspace
+// bytes. route 0: the BF16 route (kernels/kv4_decode.hpp); 1: the FP8-tensor-core route of an
+// FP4 cache (kernels/fp8_decode.hpp fp8_decode_fp4_cache_bf16q).
+int mla_kv4_capi_parts(int route, int batch, int s_q, int heads, int d_c, int d_r, size_t* workspace_bytes) {
   try {
+    if (route == 1) {
+      mla::quant::Fp8DecodeParams p;
+      p.batch = batch;
+      p.s_q = s_q;
+      p.heads = heads;
+      p.d_c = d_c;
+      p.d_r = d_r;
+      p.num_parts = mla::kernels::fp8_decode_parts_for_device(p);
+      *workspace_bytes = mla::kernels::fp8_decode_workspace_bytes(p, true);
+      return p.num_parts;
+    }
     mla::kernels::Kv4DecodeParams kp;
     kp.base = shape(batch, s_q, heads, d_c, d_r);
-    kp.base.num_parts = mla::quant::decode_default_parts(mla::cuda::sm_count(), kp.base);
     *workspace_bytes = mla::kernels::kv4_decode_workspace_bytes_for(kp);
-    return kp.base.num_parts;
+    kp.base.num_parts = mla::cuda::sm_count() / ((s_q * heads + 15) / 16);
+    return kp.base.num_parts > 0 ? kp.base.num_parts : 1;
   } catch (const std::exception&) {
     return 0;
   }
 }
 
-// kernels::mla_decode_kv4 on `stream` (format 0 = FP4, 1 = codebook with `levels`[16]); 0 on
-// success, else 1 with the message in err.
-int mla_kv4_capi_run(int format, const float* levels, const void* q, const void* cache, const int32_t* page_table,
+// The decode on `stream` (format 0 = FP4, 1 = codebook with `levels`[16]; route as above, the
+// FP8 route for FP4 only); 0 on success, else 1 with the message in err.
+int mla_kv4_capi_run(int route, int format, const float* levels, const void* q, const void* cache, const int32_t* page_table,
                      const int32_t* seqlens, void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r,
                      int num_pages, int page_size, int max_pages, float scale, int num_parts, void* workspace,
                      size_t workspace_bytes, void* stream, char* err, size_t err_len) {
@@ -60,6 +74,28 @@ int mla_kv4_capi_run(int format, const float* levels, const void* q, const void*
     p.num_parts = num_parts;
     p.workspace = workspace;
     p.workspace_bytes = workspace_bytes;
+    if (route == 1) {
+      mla::quant::Fp8DecodeParams f;
+      f.cache = static_cast<const uint8_t*>(cache);
+      f.page_table = page_table;
+      f.seqlens = seqlens;
+      f.out = static_cast<uint16_t*>(out);
+      f.lse = lse;
+      f.batch = batch;
+      f.s_q = s_q;
+      f.heads = heads;
+      f.d_c = d_c;
+      f.d_r = d_r;
+      f.num_pages = num_pages;
+      f.page_size = page_size;
+      f.max_pages = max_pages;
+      f.scale = scale;
+      f.num_parts = num_parts;
+      f.workspace = workspace;
+      f.workspace_bytes = workspace_bytes;
+      mla::kernels::fp8_decode_fp4_cache_bf16q(f, static_cast<const uint16_t*>(q), static_cast<cudaStream_t>(stream));
+      return 0;
+    }
     kp.format = format == 1 ? mla::kernels::Kv4Format::Codebook : mla::kernels::Kv4Format::Fp4;
     if (levels != nullptr)
       for (int i = 0; i < 16; ++i) kp.levels[i] = levels[i];

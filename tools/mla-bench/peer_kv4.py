@@ -86,17 +86,17 @@ class Ours:
     def __init__(self, path):
         lib = ctypes.CDLL(path)
         lib.mla_kv4_capi_parts.restype = ctypes.c_int
-        lib.mla_kv4_capi_parts.argtypes = [ctypes.c_int] * 5 + [ctypes.POINTER(ctypes.c_size_t)]
+        lib.mla_kv4_capi_parts.argtypes = [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)]
         lib.mla_kv4_capi_run.restype = ctypes.c_int
-        lib.mla_kv4_capi_run.argtypes = ([ctypes.c_int] + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 8 +
+        lib.mla_kv4_capi_run.argtypes = ([ctypes.c_int] * 2 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 8 +
                                          [ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
                                           ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
         self.lib = lib
         self.err = ctypes.create_string_buffer(1024)
 
-    def prepare(self, c, fmt, pages, levels):
+    def prepare(self, c, fmt, pages, levels, route=0):
         ws_bytes = ctypes.c_size_t(0)
-        parts = self.lib.mla_kv4_capi_parts(c.batch, c.s_q, c.heads, c.d_c, c.d_r, ctypes.byref(ws_bytes))
+        parts = self.lib.mla_kv4_capi_parts(route, c.batch, c.s_q, c.heads, c.d_c, c.d_r, ctypes.byref(ws_bytes))
         if parts <= 0:
             raise RuntimeError(f"mla_kv4_capi_parts failed for {c.name}")
         ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
@@ -104,7 +104,7 @@ class Ours:
         lse = torch.empty(c.batch, c.s_q, c.heads, dtype=torch.float32, device="cuda")
         lv = levels.cpu().float().contiguous() if levels is not None else None
         lv_ptr = ctypes.cast(lv.data_ptr(), ctypes.c_void_p) if lv is not None else None
-        args = (1 if fmt == "codebook" else 0, lv_ptr, c.q.data_ptr(), pages.data_ptr(), c.table.data_ptr(),
+        args = (route, 1 if fmt == "codebook" else 0, lv_ptr, c.q.data_ptr(), pages.data_ptr(), c.table.data_ptr(),
                 c.seqlens.data_ptr(), out.data_ptr(), lse.data_ptr(), c.batch, c.s_q, c.heads, c.d_c, c.d_r,
                 c.num_pages, c.page, c.max_pages, c.scale, parts, ws.data_ptr(), ws_bytes.value)
 
@@ -124,6 +124,7 @@ def suite(name):
         return [("fp4", B, 16, 1, 8192), ("codebook", B, 16, 1, 8192)]
     out = [("fp4", B, 16, 1, L) for L in (4096, 8192, 32768)]
     out += [("fp4", B, 8, 2, L) for L in (8192, 32768)]
+    out += [("fp4", B, 16, 2, 8192), ("fp4", B, 32, 1, 8192)]
     out += [("codebook", B, 16, 1, L) for L in (8192, 32768)]
     out += [("fp4", B, H, 1, 8192) for H in (64, 128)]  # blocks of 16 rows: functional, not fast
     return out
@@ -154,11 +155,20 @@ def main():
         c.cache = deq  # FlashMLA decodes the dequantised values
         run_ours, parts = ours.prepare(c, fmt, pages, levels)
         run_fm = flashmla_runner(c)
+        fns = [run_ours, run_fm]
+        fp8_route = fmt == "fp4" and sq * H <= 32
+        if fp8_route:  # the FP8-tensor-core route of the same FP4 pages
+            run_fp8, _ = ours.prepare(c, fmt, pages, levels, route=1)
+            fns.append(run_fp8)
         o1, _ = run_ours()
         o2, _ = run_fm()
         torch.cuda.synchronize()
         check = f"out vs FlashMLA on the dequantised cache: rel_l2 {rel_l2(o1, o2):.2e}"
-        med, rng = interleaved(timer, [run_ours, run_fm], args.runs, args.warmup)
+        if fp8_route:
+            o3, _ = run_fp8()
+            torch.cuda.synchronize()
+            check += f"; fp8 route vs FlashMLA {rel_l2(o3, o2):.2e}"
+        med, rng = interleaved(timer, fns, args.runs, args.warmup)
         rows = B * sq * H
         q_bytes = rows * (c.dim * 2 + 512 * 2 + 4)
         bytes4 = B * L * bytes_per_token(fmt, 512, 64) + q_bytes
@@ -171,9 +181,15 @@ def main():
                                "flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1],
                                "flashmla_bf16_floor_us": fl16, "flashmla_frac_floor": fl16 / med[1],
                                "speedup_vs_bf16": med[1] / med[0], "byte_ratio": bytes16 / bytes4, "check": check}
+        if fp8_route:
+            res["shapes"][name].update({"fp8_route_us": med[2], "fp8_route_range_us": rng[2],
+                                        "fp8_route_frac_floor": fl4 / med[2], "fp8_route_speedup_vs_bf16": med[1] / med[2]})
         print(f"{name:<34} {med[0]:8.1f} {100 * fl4 / med[0]:6.1f}% {med[1]:10.1f} {100 * fl16 / med[1]:6.1f}% "
               f"{med[1] / med[0]:6.2f}x  {check}", flush=True)
-        del c, pages, deq, run_ours, run_fm
+        if fp8_route:
+            print(f"{name + ' (fp8 route)':<34} {med[2]:8.1f} {100 * fl4 / med[2]:6.1f}% {'':>10} {'':>7} "
+                  f"{med[1] / med[2]:6.2f}x", flush=True)
+        del c, pages, deq, run_ours, run_fm, fns
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

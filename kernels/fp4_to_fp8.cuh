@@ -1,0 +1,153 @@
+#pragma once
+// The FP8-tensor-core route of the FP4 cache (kernels/fp8_decode_narrow.cu with an FP4 cache):
+// warpgroup 3 of the narrow FP8 kernel brings each 64-token tile of FP4 pages into a raw ring
+// (one thread issues the bulk copies) and rewrites it in shared memory as the FP8 tile the
+// consumers read: an FP8 page of 64 tokens (quant/fp8_cache_layout.hpp), per token
+//   E = max(max_g b_g - 127, -40), s = 2^(E - 6), x8 = E4M3(e2m1 * 2^(b_g - 127 - E + 6)),
+//   k_pe' = BF16(k_pe * 2^(6 - E)); poisoned tokens (a scale byte 255): scale NaN, zeros.
+// quant::fp4_cache_to_fp8 is the CPU twin (quant/fp4_to_fp8.hpp), byte for byte.
+#include <cuda_fp8.h>
+
+#include "kernels/decode_device.cuh"
+#include "kernels/fp8_decode_device.cuh"
+#include "quant/fp4_cache_layout.hpp"
+#include "quant/fp4_to_fp8.hpp"
+
+namespace mla::kernels::fp8 {
+
+// E4M3 bytes of e2m1 magnitudes {0, .5, 1, 1.5} (t0) and {2, 3, 4, 6} (t1) times f = 2^k.
+__device__ __forceinline__ void e2m1_e4m3_tables(float f, uint32_t& t0, uint32_t& t1) {
+  t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
+  t1 = pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f);
+}
+
+// Eight E2M1 codes (element 2j in the low nibble of byte j) -> eight E4M3 bytes (two words,
+// element order), the magnitudes looked up in (t0, t1) with one byte permute per four codes and
+// the sign bit moved from each nibble's bit 3 to the byte's bit 7.
+__device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_t t1) {
+  const uint32_t lo = x & 0x07070707u, hi = (x >> 4) & 0x07070707u;
+  uint32_t sl = (lo | (lo >> 4)) & 0x00FF00FFu, sh = (hi | (hi >> 4)) & 0x00FF00FFu;
+  sl = (sl | (sl >> 8)) & 0xFFFFu;  // magnitude of element 2j in nibble j
+  sh = (sh | (sh >> 8)) & 0xFFFFu;  // of element 2j + 1
+  const uint32_t ol = __byte_perm(t0, t1, sl) | ((x << 4) & 0x80808080u);
+  const uint32_t oh = __byte_perm(t0, t1, sh) | (x & 0x80808080u);
+  return make_uint2(__byte_perm(ol, oh, 0x5140), __byte_perm(ol, oh, 0x7362));
+}
+
+// One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
+// page of 64 tokens). Threads tid < 128: token tid % 64, half tid / 64 of its chunks and RoPE.
+template <int DC, int DR>
+__device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsigned char* dst, int tid) {
+  const quant::Fp4CacheLayout l4{64, DC, DR};
+  const quant::Fp8CacheLayout l8{64, DC, DR};
+  constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
+  const int T = tid & 63, h = tid >> 6;
+  uint32_t bmax = 0;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) bmax = max(bmax, static_cast<uint32_t>(raw[l4.scale_byte(T, g)]));
+  const bool poison = bmax == quant::kFp4PoisonScale;
+  const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
+#pragma unroll 2
+  for (int c = h * (kGroups / 2); c < (h + 1) * (kGroups / 2); ++c) {
+    uint4 codes = *reinterpret_cast<const uint4*>(raw + l4.code_byte(T, 16 * c));
+    uint32_t t0 = 0u, t1 = 0u;
+    if (poison) codes = make_uint4(0u, 0u, 0u, 0u);
+    else e2m1_e4m3_tables(ldexpf(1.f, static_cast<int>(raw[l4.scale_byte(T, c)]) - 127 - e + 6), t0, t1);
+    const uint2 a = e2m1x8_to_e4m3(codes.x, t0, t1), b = e2m1x8_to_e4m3(codes.y, t0, t1);
+    const uint2 cc = e2m1x8_to_e4m3(codes.z, t0, t1), d = e2m1x8_to_e4m3(codes.w, t0, t1);
+    *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
+    *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c + 16)) = make_uint4(cc.x, cc.y, d.x, d.y);
+  }
+  // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
+  const float up = ldexpf(1.f, 6 - e);
+#pragma unroll
+  for (int q = h * (kRopeChunks / 2); q < (h + 1) * (kRopeChunks / 2); ++q) {
+    uint4 v = *reinterpret_cast<const uint4*>(raw + l4.rope_byte(T, 8 * q));
+    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float lo = __uint_as_float(w[k] << 16) * up, hi = __uint_as_float(w[k] & 0xFFFF0000u) * up;
+      w[k] = poison ? 0u : detail::pack_bf16(lo, hi);
+    }
+    *reinterpret_cast<uint4*>(dst + l8.rope_byte(T, 8 * q)) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  if (h == 0)
+    *reinterpret_cast<float*>(dst + l8.scale_byte(T)) =
+        poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : ldexpf(1.f, e - 6);
+}
+
+// Warpgroup 3 of the narrow kernel on an FP4 cache (threads tid < 128; tid 0 also produces):
+// walks the part's tiles; tid 0 keeps R raw tiles in flight (raw_full[r] = rbar + 8 r with the
+// copies' bytes, raw_empty[r] = rbar + 8 (R + r) released by the 4 warps, rValid[r] its valid
+// token count); every thread converts tile it into FP8 stage it % S once the consumers freed it
+// (empty[s] = bar0 + 8 (S + s)), then each warp arrives on full[s] = bar0 + 8 s (count 4).
+template <int DC, int DR, int S, int R>
+__device__ __forceinline__ void convert_fp4_tiles(const quant::Fp8DecodeParams& p, const int32_t* in, unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
+                                                  uint32_t sValid, unsigned char* gRaw, uint32_t sRaw, uint32_t rbar,
+                                                  uint32_t rValid, int tid) {
+  const quant::Fp4CacheLayout lay{p.page_size, DC, DR};
+  const quant::Fp4CacheLayout tile{64, DC, DR};
+  const uint32_t raw_bytes = static_cast<uint32_t>(tile.page_bytes());
+  const size_t page_bytes = lay.page_bytes();
+  const int end_b = in[2], end_t = in[3];
+  constexpr int kCodeW = DC / 2 < 128 ? DC / 2 : 128;
+  // The producer's cursor (tid 0): the next tile to copy, `issued` tiles copied so far.
+  int pb = in[0], pt = in[1], issued = 0;
+  auto produce_until = [&](int upto) {
+    while (issued < upto && (pb < end_b || (pb == end_b && pt < end_t))) {
+      const int L = p.seqlens[pb];
+      const int stop = (pb == end_b) ? end_t : quant::decode_tiles(L, kT);
+      if (pt >= stop) {
+        ++pb;
+        pt = 0;
+        continue;
+      }
+      const int r = issued % R;
+      const int j0 = pt * kT;
+      const int slot = j0 / p.page_size;
+      const int page = (j0 < L && slot < p.max_pages) ? p.page_table[static_cast<size_t>(pb) * p.max_pages + slot] : -1;
+      const bool ok = page >= 0 && page < p.num_pages;
+      if (!ok && j0 < L && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
+      detail::mbar_wait(rbar + 8 * (R + r), ((issued / R) & 1) ^ 1);
+      sts32(rValid + 4 * r, ok ? static_cast<uint32_t>(min(kT, L - j0)) : 0u);
+      const uint32_t full = rbar + 8 * r;
+      if (!ok) {
+        detail::mbar_arrive(full);
+      } else {
+        detail::mbar_arrive_expect_tx(full, raw_bytes);
+        const uint8_t* src = p.cache + static_cast<size_t>(page) * page_bytes;
+        const int off = j0 % p.page_size;
+        const uint32_t d = sRaw + r * raw_bytes;
+        for (int kb = 0; kb < (DC / 2) / kCodeW; ++kb)
+          detail::bulk_g2s(d + kb * 64 * kCodeW, src + static_cast<size_t>(kb) * p.page_size * kCodeW + off * kCodeW,
+                           64 * kCodeW, full);
+        detail::bulk_g2s(d + tile.scale_offset(), src + lay.scale_offset() + off * (DC / 32), 64 * (DC / 32), full);
+        detail::bulk_g2s(d + tile.rope_offset(), src + lay.rope_offset() + off * 2 * DR, 64 * 2 * DR, full);
+      }
+      ++issued;
+      ++pt;
+    }
+  };
+  int it = 0;
+  for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+    const int L = p.seqlens[b];
+    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      if (tid == 0) produce_until(it + R);
+      const int stage = it % S, r = it % R;
+      detail::mbar_wait(rbar + 8 * r, (it / R) & 1);               // raw tile landed
+      detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free
+      const uint32_t valid = lds32(rValid + 4 * r);
+      if (valid > 0) fp4_tile_to_fp8<DC, DR>(gRaw + r * raw_bytes, gSt + stage * stage_bytes, tid);
+      if (tid == 0) sts32(sValid + 4 * stage, valid);
+      detail::fence_proxy_async();  // the stage is read by wgmma (async proxy)
+      __syncwarp();
+      if ((tid & 31) == 0) {
+        detail::mbar_arrive(bar0 + 8 * stage);      // FP8 tile ready
+        detail::mbar_arrive(rbar + 8 * (R + r));    // raw stage free
+      }
+    }
+  }
+}
+
+}  // namespace mla::kernels::fp8
