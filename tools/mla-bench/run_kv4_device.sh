@@ -14,11 +14,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 echo "build: $(date +%T)"
 cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/build.log" 2>&1 &&
   if [ "${KV4_VERIFY:-0}" = 1 ]; then TOOLS="verify-decode mla-forward mla-calibrate mla-convert"; else TOOLS=""; fi &&
-  cmake --build /tmp/b -j16 --target test_kernels_kv4_gpu test_kernels_decode_gpu mla_kv4_capi $TOOLS \
+  cmake --build /tmp/b -j16 --target test_kernels_kv4_gpu test_kernels_decode_gpu test_kernels_fp8_gpu mla_kv4_capi $TOOLS \
     >> "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; }
 echo "built: $(date +%T)"
 bash tools/mla-bench/peer_unpack.sh > "$OUT/peer_unpack.log" 2>&1 || echo "peer_unpack failed (see peer_unpack.log)"
-for t in test_kernels_kv4_gpu test_kernels_decode_gpu; do
+for t in test_kernels_kv4_gpu test_kernels_decode_gpu test_kernels_fp8_gpu; do
   timeout 300 /tmp/b/tests/kernels/$t > "$OUT/$t.log" 2>&1
   echo "$t rc=$? ($(date +%T))"
   grep -E "^\[(  PASSED|  FAILED|  SKIPPED)|Failure|differ|Which is|actual|Expected" "$OUT/$t.log" | cut -c1-220 | head -40
