@@ -15,11 +15,35 @@
 
 namespace mla::kernels::fp8 {
 
-// E4M3 bytes of e2m1 magnitudes {0, .5, 1, 1.5} (t0) and {2, 3, 4, 6} (t1) times f = 2^k.
-__device__ __forceinline__ void e2m1_e4m3_tables(float f, uint32_t& t0, uint32_t& t1) {
-  t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
-  t1 = pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f);
+// E4M3 bytes of e2m1 magnitudes {0, .5, 1, 1.5} (t0) and {2, 3, 4, 6} (t1) times 2^k (k <= 6).
+// For k in [-5, 6] every product is an E4M3 normal: the k = 0 bytes (0x30 0.5, 0x38 1, 0x3C 1.5,
+// 0x40 2, 0x44 3, 0x48 4, 0x4C 6) with k added to the exponent field, no conversion. Below, the
+// products round (subnormals, zero): converted from fp32 (2^k as bits; 0 below 2^-126, where
+// every product rounds to an E4M3 zero anyway), as the twin's E4M3 encoder rounds them.
+__device__ __forceinline__ void e2m1_e4m3_tables(int k, uint32_t& t0, uint32_t& t1) {
+  if (k >= -5) {
+    t0 = 0x3C383000u + static_cast<uint32_t>(8 * k) * 0x01010100u;
+    t1 = 0x4C484440u + static_cast<uint32_t>(8 * k) * 0x01010101u;
+  } else {
+    const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
+    t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
+    t1 = pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f);
+  }
 }
+
+// Scale bytes of one token, kGroups of them (4, 8 or 16 at d_c 128, 256, 512), loaded as words.
+template <int kGroups>
+struct ScaleRow {
+  uint32_t w[kGroups / 4];
+  __device__ __forceinline__ uint32_t byte(int g) const { return (w[g >> 2] >> (8 * (g & 3))) & 0xFFu; }
+  __device__ __forceinline__ uint32_t max_byte() const {
+    uint32_t m = w[0];
+#pragma unroll
+    for (int i = 1; i < kGroups / 4; ++i) m = __vmaxu4(m, w[i]);
+    m = __vmaxu4(m, m >> 16);
+    return max(m & 0xFFu, (m >> 8) & 0xFFu);
+  }
+};
 
 // Eight E2M1 codes (element 2j in the low nibble of byte j) -> eight E4M3 bytes (two words,
 // element order), the magnitudes looked up in (t0, t1) with one byte permute per four codes and
@@ -42,9 +66,12 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   const quant::Fp8CacheLayout l8{64, DC, DR};
   constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
   const int T = tid & 63, h = tid >> 6;
-  uint32_t bmax = 0;
+  // The token's scale row is plain (rows of 4-16 bytes: no swizzle), 4-byte aligned.
+  ScaleRow<kGroups> sr;
+  const unsigned char* srow = raw + l4.scale_byte(T, 0);
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) bmax = max(bmax, static_cast<uint32_t>(raw[l4.scale_byte(T, g)]));
+  for (int i = 0; i < kGroups / 4; ++i) sr.w[i] = *reinterpret_cast<const uint32_t*>(srow + 4 * i);
+  const uint32_t bmax = sr.max_byte();
   const bool poison = bmax == quant::kFp4PoisonScale;
   const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
 #pragma unroll 2
@@ -52,14 +79,14 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
     uint4 codes = *reinterpret_cast<const uint4*>(raw + l4.code_byte(T, 16 * c));
     uint32_t t0 = 0u, t1 = 0u;
     if (poison) codes = make_uint4(0u, 0u, 0u, 0u);
-    else e2m1_e4m3_tables(ldexpf(1.f, static_cast<int>(raw[l4.scale_byte(T, c)]) - 127 - e + 6), t0, t1);
+    else e2m1_e4m3_tables(static_cast<int>(sr.byte(c)) - 127 - e + 6, t0, t1);
     const uint2 a = e2m1x8_to_e4m3(codes.x, t0, t1), b = e2m1x8_to_e4m3(codes.y, t0, t1);
     const uint2 cc = e2m1x8_to_e4m3(codes.z, t0, t1), d = e2m1x8_to_e4m3(codes.w, t0, t1);
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c + 16)) = make_uint4(cc.x, cc.y, d.x, d.y);
   }
   // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
-  const float up = ldexpf(1.f, 6 - e);
+  const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
 #pragma unroll
   for (int q = h * (kRopeChunks / 2); q < (h + 1) * (kRopeChunks / 2); ++q) {
     uint4 v = *reinterpret_cast<const uint4*>(raw + l4.rope_byte(T, 8 * q));
@@ -73,7 +100,7 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   }
   if (h == 0)
     *reinterpret_cast<float*>(dst + l8.scale_byte(T)) =
-        poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : ldexpf(1.f, e - 6);
+        poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : __int_as_float((127 + e - 6) << 23);  // e - 6 >= -46
 }
 
 // Warpgroup 3 of the narrow kernel on an FP4 cache (threads tid < 128; tid 0 also produces):
