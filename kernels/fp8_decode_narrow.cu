@@ -34,14 +34,15 @@ namespace {
 constexpr int kNThreads = 512;
 
 // FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); warpgroup 3 converts each tile into
-// the FP8 stage (kernels/fp4_to_fp8.cuh) through a raw ring of kR FP4 tiles, which takes one
-// FP8 stage's room.
+// the FP8 stage (kernels/fp4_to_fp8.cuh) through a raw ring of kR FP4 tiles. The raw ring is
+// what keeps HBM busy (kR - 1 tiles in flight while one is converted; with 2 the route ran at
+// 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets the room of FP8 stages.
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
   static constexpr int kCPT = 2 * kNB;           // contiguous channels per thread
-  static constexpr int kS = (DC == 512 ? 4 : 6) - (FP4 ? 1 : 0);  // ring stages
-  static constexpr int kR = FP4 ? 2 : 0;                          // raw FP4 stages
+  static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (DC == 512 ? 4 : 6);  // ring stages
+  static constexpr int kR = FP4 ? (DC == 512 && DR == 64 && N == 32 ? 3 : 4) : 0;  // raw FP4 stages
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
