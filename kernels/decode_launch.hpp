@@ -7,7 +7,9 @@
 //   decode_manyhead_v6.cu  > 16 rows, wgmma, 64-row blocks, warpgroups split the d_c columns
 //   decode_manyhead_v7.cu  > 64 rows at d_c <= 256 (TPLA slices), wgmma, 128-row blocks
 //   decode_combine.cu      LSE merge of a request's splits
-// mla_decode.cu checks the parameters, picks the path and launches them in order.
+// mla_decode.cu checks the parameters, picks the path and launches them in order; the FP8 and
+// 4-bit decodes (fp8_decode.cu, kv4_decode.cu) reuse the workspace, scheduler and combine.
+// CUDA errors are checked with cuda::check (kernels/cuda_check.hpp), like every host call here.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
