@@ -161,6 +161,7 @@ __device__ __forceinline__ void convert_fp4_tiles(const quant::Fp8DecodeParams& 
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
     for (int ti = t; ti < stop; ++ti, ++it) {
       if (tid == 0) produce_until(it + R);
+      __syncwarp();  // reconverge warp 0 after its copying lane, or it converts the tile twice (31 lanes, then 1)
       const int stage = it % S, r = it % R;
       detail::mbar_wait(rbar + 8 * r, (it / R) & 1);               // raw tile landed
       detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free
