@@ -294,8 +294,8 @@ void plan_calibration(const io::Checkpoint& ckpt, const ConvertOptions& o, int g
   if (!needs_calibrated_basis(o.reparam))
     p.rotation[-1] = make_rotation(o.reparam, cfg.kv_lora_rank, o.seed, nullptr, "config.json kv_lora_rank");
   if (is_kv4_format(o.kv_cache))
-    p.kv4 = plan_kv4_conversion(o.calib, o.kv_cache, cfg.attention_layers(), cfg.kv_lora_rank, g, o.seed, o.kv_rotation,
-                                p.rotation, p.kv4_rotation);
+    p.kv4 = plan_kv4_conversion(o.calib, o.kv_cache, cfg.attention_layers(), cfg.kv_lora_rank, cfg.qk_rope_head_dim, g,
+                                o.seed, o.kv_rotation, p.rotation, p.kv4_rotation);
 
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "io/hdf5.hpp"
+#include "quant/kv4_cache_common.hpp"
 #include "transform/reparam.hpp"
 
 namespace mla::transform {
@@ -142,8 +143,15 @@ Kv4Params kv4_params_from_section(const nlohmann::json& k, const std::string& wh
 }
 
 Kv4Params plan_kv4_conversion(const std::filesystem::path& calib, const std::string& format, int64_t num_layers,
-                              int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& rotation_mode,
-                              std::map<int64_t, MatrixR>& rotations, nlohmann::json& rotation_json) {
+                              int64_t d_c, int64_t d_r, int g, std::optional<uint64_t> seed,
+                              const std::string& rotation_mode, std::map<int64_t, MatrixR>& rotations,
+                              nlohmann::json& rotation_json) {
+  if (!is_kv4_format(format)) throw InputError("4-bit KV format must be fp4 or codebook, got '" + format + "'");
+  if (g < 1 || d_c % g != 0)
+    throw InputError("--kv-cache " + format + ": d_c = " + std::to_string(d_c) + " does not split into g = " +
+                     std::to_string(g) + " slices");
+  quant::validate_kv4_dims("--kv-cache " + format + " (TPLA slice of g = " + std::to_string(g) + ")", 64,
+                           static_cast<int>(d_c / g), static_cast<int>(d_r));
   if (calib.empty())
     throw InputError("--kv-cache " + format + " needs --calib calib.h5 (mla-calibrate's fitted c, codebooks and "
                      "protected layers)");

@@ -71,9 +71,11 @@ Kv4Params kv4_params_from_section(const nlohmann::json& kv_cache, const std::str
 // the option otherwise) and, unless rotation_mode is "none", composes every layer's rotation
 // (the map of convert.cpp: per layer, or shared under key -1) with kv4_slice_rotation(d_c, g,
 // seed) (transform/reparam.hpp). rotation_mode: "hadamard" | "none". Returns the parameters and
-// fills `rotation_json`, the description recorded in each rank's kv_cache section.
+// fills `rotation_json`, the description recorded in each rank's kv_cache section. The slice
+// width d_c / g and d_r are checked against the 4-bit layouts first (before any weight is written).
 Kv4Params plan_kv4_conversion(const std::filesystem::path& calib, const std::string& format, int64_t num_layers,
-                              int64_t d_c, int g, std::optional<uint64_t> seed, const std::string& rotation_mode,
+                              int64_t d_c, int64_t d_r, int g, std::optional<uint64_t> seed,
+                              const std::string& rotation_mode,
                               std::map<int64_t, MatrixR>& rotations, nlohmann::json& rotation_json);
 
 }  // namespace mla::transform

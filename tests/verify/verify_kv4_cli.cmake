@@ -10,7 +10,7 @@ set(M ${SRC}/datasets/tiny-v2)
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --calib ${SRC}/docs/math.md
     --calib-seqs 10 --seq-len 64 --eval ${SRC}/docs/math.md --eval-seqs 2)
 run(0 ${TOOLS}/mla-calibrate/mla-calibrate -q --model ${M} --activations ${WORK}/cap.h5 --pair-sequences 2
-    --queries 4 --tp 2 -o ${WORK}/calib.h5 --json ${WORK}/calib.json)
+    --queries 4 --tp 2,8 -o ${WORK}/calib.h5 --json ${WORK}/calib.json)
 run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 1 --reparam hadamard --seed 0 -o ${WORK}/tp1 ${M})
 run(0 ${TOOLS}/mla-convert/mla-convert -q --tp 8 -o ${WORK}/tp8 ${M})
 set(V ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --prefill 40 --decode 12
@@ -101,3 +101,10 @@ foreach(i RANGE ${last})
 endforeach()
 run(1 ${V} --converted ${WORK}/tp2fp4 --kv codebook)
 run(1 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --kv codebook -o ${WORK}/nocalib ${M})
+# A slice no 4-bit layout stores (tp 8: d_c / g = 16) is refused while planning, naming the width.
+execute_process(COMMAND ${TOOLS}/mla-convert/mla-convert -q --tp 8 --calib ${WORK}/calib.h5 --kv fp4 -o ${WORK}/tp8fp4 ${M}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(FIND "${out}${err}" "d_c = 16" pos)
+if(NOT rc EQUAL 1 OR pos EQUAL -1 OR EXISTS ${WORK}/tp8fp4)
+  message(FATAL_ERROR "mla-convert --tp 8 --kv fp4: expected exit 1 naming d_c = 16 and no output, got ${rc}:\n${out}${err}")
+endif()
