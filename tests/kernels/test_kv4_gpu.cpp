@@ -20,6 +20,7 @@
 #include <random>
 #include <vector>
 
+#include "common/gpu.hpp"
 #include "core/dtype.hpp"
 #include "decode_case.hpp"
 #include "kernels/cuda_check.hpp"
@@ -34,13 +35,6 @@
 
 namespace mla::test {
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU test skipped"
 
 template <class T>
 using Dev = cuda::DeviceBuffer<T>;
