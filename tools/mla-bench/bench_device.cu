@@ -1,7 +1,6 @@
 // mla-bench's shared device helpers (bench_device.hpp).
 #include "bench_device.hpp"
 
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <string>
@@ -34,6 +33,11 @@ __global__ void read_stream(const uint4* x, size_t n, unsigned* sink) {
 }
 
 }  // namespace
+
+void check_cublas(cublasStatus_t s, std::string_view what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error("cuBLAS: " + std::string(what) + ": status " + std::to_string(static_cast<int>(s)));
+}
 
 void fill_bf16(void* x, size_t n, uint32_t seed, float amp, cudaStream_t stream) {
   fill_kernel<<<2048, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(x), n, seed, amp);
@@ -70,14 +74,12 @@ Ceilings measure_ceilings(L2FlushTimer& timer, int sms, int runs) {
   fill_bf16(a.ptr, size_t(n) * n, 1);
   fill_bf16(b.ptr, size_t(n) * n, 2);
   cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+  check_cublas(cublasCreate(&h), "cublasCreate");
   const float one = 1.f, zero = 0.f;
   auto gemm = [&] {
-    const cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr,
-                                           CUDA_R_16BF, n, &zero, d.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                           CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS)
-      throw Error("cublasGemmEx (GEMM ceiling) failed: cuBLAS status " + std::to_string(static_cast<int>(st)));
+    check_cublas(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
+                              &zero, d.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (GEMM ceiling)");
   };
   const double us = timer.median_us(gemm, runs, 3);
   cublasDestroy(h);

@@ -2,11 +2,13 @@
 // What the three mla-bench modes (decode, --prefix, --tp) share on the device: the deterministic
 // BF16 fill, the L2-flushed event timer and the single-GPU ceilings (copy and read bandwidth,
 // cuBLAS BF16 GEMM rate). Errors go through kernels/cuda_check.hpp.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cuda_check.hpp"
@@ -15,6 +17,9 @@ namespace mla::bench {
 
 // Byte buffers: the benchmarks size everything in bytes and view it as the kernels' types.
 using DeviceBytes = cuda::DeviceBuffer<unsigned char>;
+
+// Throws mla::Error "cuBLAS: <what>: status <s>" unless s is CUBLAS_STATUS_SUCCESS.
+void check_cublas(cublasStatus_t s, std::string_view what);
 
 // n bf16 values at x, uniform in about [-amp, amp], a hash of the index (fills GBs fast; the same
 // values for any launch shape).

@@ -38,9 +38,6 @@ namespace {
 // DeepSeek-V3 attention shapes.
 constexpr int kD = 7168, kH = 128, kQLora = 1536, kDn = 128, kDr = 64, kDv = 128, kDc = 512, kLayers = 61;
 
-void ckb(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
-}
 void ckn(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) throw Error(std::string(what) + ": " + ncclGetErrorString(r));
 }
@@ -72,9 +69,9 @@ __global__ void dcp_rescale(__nv_bfloat16* out, const float* lse_all, int tp, in
 // y[M, N] = x[M, K] W[N, K]^T (row-major, bf16 in and out, fp32 accumulation).
 void linear(cublasHandle_t h, const void* x, const void* W, void* y, int M, int N, int K) {
   const float one = 1.f, zero = 0.f;
-  ckb(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, W, CUDA_R_16BF, K, x, CUDA_R_16BF, K, &zero, y,
-                   CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-      "linear");
+  check_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, W, CUDA_R_16BF, K, x, CUDA_R_16BF, K, &zero, y,
+                            CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "linear");
 }
 
 struct Shape {
@@ -241,10 +238,10 @@ RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm
     if (exact_norm) ckn(ncclAllReduce(nrm.ptr, nrm.ptr, B, ncclFloat32, ncclSum, comm, s), "norm all-reduce");
     mark(1);
     linear(cb, qa.ptr, w_qb.ptr, qfull.ptr, B, Hr * (kDn + kDr), kQLora);
-    ckb(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, dc, B, kDn, &one, w_uk.ptr, CUDA_R_16BF, dc,
-                                   size_t(kDn) * dc, qfull.ptr, CUDA_R_16BF, Hr * (kDn + kDr), kDn + kDr, &zero, q.ptr,
-                                   CUDA_R_16BF, Hr * dim, dim, Hr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "W_UK absorption");
+    check_cublas(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, dc, B, kDn, &one, w_uk.ptr, CUDA_R_16BF, dc,
+                                            size_t(kDn) * dc, qfull.ptr, CUDA_R_16BF, Hr * (kDn + kDr), kDn + kDr, &zero, q.ptr,
+                                            CUDA_R_16BF, Hr * dim, dim, Hr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "W_UK absorption");
     cuda::check(cudaMemcpy2DAsync(q.as<__nv_bfloat16>() + dc, size_t(dim) * 2, qfull.as<__nv_bfloat16>() + kDn,
                          size_t(kDn + kDr) * 2, size_t(kDr) * 2, size_t(B) * Hr, cudaMemcpyDeviceToDevice, s),
        "q_pe copy");
@@ -257,10 +254,10 @@ RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm
       cuda::check(cudaGetLastError(), "dcp_rescale");
     }
     mark(4);
-    ckb(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, kDv, B, dc, &one, w_uv.ptr, CUDA_R_16BF, dc,
-                                   size_t(kDv) * dc, out.ptr, CUDA_R_16BF, Hr * dc, dc, &zero, o_heads.ptr, CUDA_R_16BF,
-                                   Hr * kDv, kDv, Hr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-        "W_UV expansion");
+    check_cublas(cublasGemmStridedBatchedEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, kDv, B, dc, &one, w_uv.ptr, CUDA_R_16BF, dc,
+                                            size_t(kDv) * dc, out.ptr, CUDA_R_16BF, Hr * dc, dc, &zero, o_heads.ptr, CUDA_R_16BF,
+                                            Hr * kDv, kDv, Hr, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "W_UV expansion");
     linear(cb, o_heads.ptr, w_o.ptr, y.ptr, B, kD, Hr * kDv);
     mark(5);
     ckn(ncclAllReduce(y.ptr, y.ptr, size_t(B) * kD, ncclBfloat16, ncclSum, comm, s), "o_proj all-reduce");
@@ -412,8 +409,8 @@ std::string run_tp_bench(const TpOptions& o) {
         cudaStream_t s;
         cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
         cublasHandle_t cb;
-        ckb(cublasCreate(&cb), "cublasCreate");
-        ckb(cublasSetStream(cb, s), "cublasSetStream");
+        check_cublas(cublasCreate(&cb), "cublasCreate");
+        check_cublas(cublasSetStream(cb, s), "cublasSetStream");
         ceil[r] = measure_rank_ceilings(s, cb);
         bar.wait();
         if (o.one_gpu) {
