@@ -15,14 +15,20 @@
 
 namespace mla::kernels::fp8 {
 
-// E4M3 bytes of e2m1 magnitudes {0, .5, 1, 1.5} (t0) and {2, 3, 4, 6} (t1) times 2^k (k <= 6),
-// converted from fp32 as the twin's E4M3 encoder rounds them (2^k as bits; 0 below 2^-126, where
-// every product rounds to an E4M3 zero anyway). No branch: a per-chunk branch (a fast path by
-// exponent add for k >= -5) kept the converter warps at ~0.3 instructions per cycle.
+// E4M3 bytes of e2m1 magnitudes {0, .5, 1, 1.5} (t0) and {2, 3, 4, 6} (t1) times 2^k (k <= 6).
+// For k in [-5, 6] every product is an E4M3 normal: the k = 0 bytes (0x30 0.5, 0x38 1, 0x3C 1.5,
+// 0x40 2, 0x44 3, 0x48 4, 0x4C 6) with k added to the exponent field, no conversion. Below, the
+// products round (subnormals, zero): converted from fp32 (2^k as bits; 0 below 2^-126, where
+// every product rounds to an E4M3 zero anyway), as the twin's E4M3 encoder rounds them.
 __device__ __forceinline__ void e2m1_e4m3_tables(int k, uint32_t& t0, uint32_t& t1) {
-  const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
-  t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
-  t1 = pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f);
+  if (k >= -5) {
+    t0 = 0x3C383000u + static_cast<uint32_t>(8 * k) * 0x01010100u;
+    t1 = 0x4C484440u + static_cast<uint32_t>(8 * k) * 0x01010101u;
+  } else {
+    const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
+    t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
+    t1 = pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f);
+  }
 }
 
 // Scale bytes of one token, kGroups of them (4, 8 or 16 at d_c 128, 256, 512), loaded as words.
@@ -68,15 +74,12 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   const uint32_t bmax = sr.max_byte();
   const bool poison = bmax == quant::kFp4PoisonScale;
   const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
-  const uint32_t keep = poison ? 0u : 0xFFFFFFFFu;  // a poisoned token's codes read as 0
 #pragma unroll 2
   for (int c = h * (kGroups / 2); c < (h + 1) * (kGroups / 2); ++c) {
     uint4 codes = *reinterpret_cast<const uint4*>(raw + l4.code_byte(T, 16 * c));
-    codes = make_uint4(codes.x & keep, codes.y & keep, codes.z & keep, codes.w & keep);
-    uint32_t t0, t1;
-    e2m1_e4m3_tables(static_cast<int>(sr.byte(c)) - 127 - e + 6, t0, t1);
-    t0 &= keep;
-    t1 &= keep;
+    uint32_t t0 = 0u, t1 = 0u;
+    if (poison) codes = make_uint4(0u, 0u, 0u, 0u);
+    else e2m1_e4m3_tables(static_cast<int>(sr.byte(c)) - 127 - e + 6, t0, t1);
     const uint2 a = e2m1x8_to_e4m3(codes.x, t0, t1), b = e2m1x8_to_e4m3(codes.y, t0, t1);
     const uint2 cc = e2m1x8_to_e4m3(codes.z, t0, t1), d = e2m1x8_to_e4m3(codes.w, t0, t1);
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
