@@ -12,7 +12,8 @@
 // quant/codebook_cache_format.hpp dequantise; quant/decode_twin_bf16.hpp decodes). Speed: 0.63-
 // 0.70x FlashMLA's BF16 decode at H = 16 on an H200, consumer-bound (docs/benchmarks.md).
 //
-// Shapes: <= 16 query rows (s_q * heads; the memory-bound path's one 16-row block), d_c in
+// Shapes: any s_q * heads query rows, in blocks of 16 (grid.y; each block's CTAs read and
+// dequantise the cache themselves, so only <= 16 rows are fast), d_c in
 // {32, 64, 128, 256, 512}, 2 d_r bytes of RoPE in {16, 32, 64} or a multiple of 128, pages of
 // 64 or 128 tokens. Everything else of Bf16DecodeParams as for mla_decode_bf16 (q, out, lse
 // bf16/fp32 as there; kv_cache points at the 4-bit pages). Three launches, no host sync.
