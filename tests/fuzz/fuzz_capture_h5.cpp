@@ -1,11 +1,10 @@
 // libFuzzer target: arbitrary bytes as a capture (mla-capture/1) through both ways of opening
 // io::CaptureReader: the whole file (verify-decode, mla-forward) and one split against a model
-// (calib::Capture of mla-calibrate, which reads chunks by pread at offsets the file declares). Opens, then reads the first and last
+// (mla-calibrate's way, which reads chunks by pread at offsets the file declares). Opens, then reads the first and last
 // sequence of every layer. Any outcome other than data or an mla::Error is a bug; so is
 // returned data of the wrong size.
 #include <cstdlib>
 
-#include "calibration/capture.hpp"
 #include "core/error.hpp"
 #include "fuzz_hdf5_common.hpp"
 #include "io/capture.hpp"
@@ -48,7 +47,7 @@ void read_with_io_reader(const std::filesystem::path& path) {
 }
 
 void read_with_calib_reader(const std::filesystem::path& path, const mla::model::MlaConfig& cfg) {
-  mla::calib::Capture cap(path, cfg);
+  mla::io::CaptureReader cap(path, cfg);
   const auto& info = cap.info();
   if (info.sequences < 1 || too_big(info.seq_len, cfg.hidden_size)) return;
   for (int64_t s : {int64_t{0}, info.sequences - 1}) {
