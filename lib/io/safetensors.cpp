@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -509,28 +510,33 @@ struct StreamingFileWriter::Impl {
   StreamingWriterOptions options;
   int dfd = -1;                        // the same file opened O_DIRECT (options.direct_io)
   std::atomic<bool> direct_ok{false};  // cleared when the filesystem refuses direct I/O
-  std::mutex mutex;  // guards `written`, `landed`, `hash_next`, `hashing`
-  std::vector<bool> written;  // claimed by a write() (duplicate check)
-  std::vector<bool> landed;   // its bytes are in the file
+  std::mutex mutex;  // guards `claimed`, `whole`, `landed`, `hash_pos`, `hashing`, `hash_failed`
+  // Byte ranges [begin, end) of each tensor claimed by a write() or write_part() (overlap =
+  // written twice; finish() checks they cover the tensor); `whole`: claimed by write().
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> claimed;
+  std::vector<bool> whole;
   bool finished = false;
-  // Streaming hash (options.hash): the header and tensors [0, hash_next) are hashed; at most
+  // Streaming hash (options.hash): the header and data bytes [0, hash_pos) are hashed; at most
   // one thread (`hashing`) extends the prefix at a time.
   std::unique_ptr<Sha256> hasher;
-  size_t hash_next = 0;
+  uint64_t hash_pos = 0;
   bool hashing = false;
+  bool hash_failed = false;
   std::string digest;
-  // Landed tensors ahead of the prefix, held in memory for the hash (options.hold): the owner
-  // keeps the bytes alive; empty where the tensor will be read back instead.
-  struct Held {
+  // Pieces whose bytes are in the file but not yet hashed, by data offset. Held ones
+  // (options.hold) keep their owner alive and are hashed from memory; the rest are read back.
+  // `own`: the draining caller's own bytes (alive for the duration of its drain()).
+  struct Piece {
+    uint64_t n = 0;
     std::shared_ptr<const void> owner;
     std::span<const std::byte> bytes;
+    bool own = false;
   };
-  std::vector<Held> held;
+  std::map<uint64_t, Piece> landed;
 
   uint64_t data_start() const { return 8 + layout.header_json.size(); }
-  // Hashes landed tensors from hash_next on while they are contiguous. `own`/`own_bytes`:
-  // the caller's tensor, still in memory (hashed from there instead of read back).
-  void drain(size_t own, std::span<const std::byte> own_bytes);
+  // Hashes landed pieces from hash_pos on while they are contiguous.
+  void drain();
   // Writes bytes at `offset`: the 4096-aligned interior of a large tensor with direct I/O
   // (no page-cache copy), its unaligned head and tail (blocks shared with neighbours) and
   // everything else through the page cache.
@@ -546,6 +552,8 @@ struct StreamingFileWriter::Impl {
     ScopedPhase timed(options.stats ? &options.stats->hash : nullptr, n);
     hasher->update(p, n);
   }
+  void write_range(size_t k, uint64_t at, std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                   bool whole_tensor);
 };
 
 void StreamingFileWriter::Impl::put(const std::byte* data, uint64_t n, uint64_t offset) {
@@ -620,41 +628,47 @@ void StreamingFileWriter::Impl::hash_back(uint64_t off, uint64_t n, std::vector<
   }
 }
 
-void StreamingFileWriter::Impl::drain(size_t own, std::span<const std::byte> own_bytes) {
+void StreamingFileWriter::Impl::drain() {
   std::vector<std::byte> buf;
+  std::vector<std::pair<uint64_t, Piece>> run;
   for (;;) {
-    size_t b = 0, e = 0;
+    run.clear();
     {
       std::lock_guard lock(mutex);
-      b = e = hash_next;
-      while (e < landed.size() && landed[e]) ++e;
-      if (e == b) {
+      uint64_t pos = hash_pos;
+      for (auto it = landed.begin(); it != landed.end() && it->first == pos;) {
+        pos += it->second.n;
+        run.emplace_back(it->first, std::move(it->second));
+        it = landed.erase(it);
+      }
+      if (run.empty()) {
         hashing = false;
         return;
       }
     }
     try {
-      for (size_t k = b; k < e; ++k) {
-        if (k == own) {
-          hash_update(own_bytes.data(), own_bytes.size());
-          continue;
+      for (auto& [off, piece] : run) {
+        if (piece.own || piece.owner) {
+          hash_update(piece.bytes.data(), piece.n);
+          if (piece.owner) {
+            options.hold->give(piece.n);
+            piece.owner.reset();
+          }
+        } else {
+          hash_back(data_start() + off, piece.n, buf);
         }
-        if (held[k].owner) {  // set before landed[k], under the mutex
-          hash_update(held[k].bytes.data(), held[k].bytes.size());
-          options.hold->give(held[k].bytes.size());
-          held[k] = {};
-          continue;
-        }
-        hash_back(data_start() + layout.offsets[k], layout.order[k].nbytes(), buf);
+        if (options.on_hashed) options.on_hashed(piece.n);
       }
     } catch (...) {
       std::lock_guard lock(mutex);
+      for (auto& [off, piece] : run)  // not hashed: hand back what is still held
+        if (piece.owner) options.hold->give(piece.n);
       hashing = false;  // hasher state is now unusable: finish() reports it
-      hash_next = landed.size() + 1;
+      hash_failed = true;
       throw;
     }
     std::lock_guard lock(mutex);
-    hash_next = e;
+    hash_pos = run.back().first + run.back().second.n;
   }
 }
 
@@ -669,9 +683,8 @@ StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std:
   w.tmp = w.out->tmp_path();
   w.layout = plan_file(std::move(specs), metadata);
   for (size_t i = 0; i < w.layout.order.size(); ++i) w.index.emplace(w.layout.order[i].name, i);
-  w.written.assign(w.layout.order.size(), false);
-  w.landed.assign(w.layout.order.size(), false);
-  w.held.resize(w.layout.order.size());
+  w.claimed.resize(w.layout.order.size());
+  w.whole.assign(w.layout.order.size(), false);
   w.fd = ::open(w.tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);  // read: options.hash
   if (w.fd < 0) fail(Kind::Io, w.tmp.string() + ": cannot create: " + std::strerror(errno));
   std::byte prefix[8];
@@ -696,8 +709,8 @@ StreamingFileWriter::StreamingFileWriter(const std::filesystem::path& path, std:
 
 StreamingFileWriter::~StreamingFileWriter() {
   if (!impl_) return;
-  for (auto& h : impl_->held)  // a failed run: hand the held bytes back to the budget
-    if (h.owner) impl_->options.hold->give(h.bytes.size());
+  for (auto& [off, p] : impl_->landed)  // a failed run: hand the held bytes back to the budget
+    if (p.owner) impl_->options.hold->give(p.n);
   if (impl_->fd >= 0) ::close(impl_->fd);
   if (impl_->dfd >= 0) ::close(impl_->dfd);
   // Unfinished, impl_->out removes the temporary: never leave a half-written file.
@@ -730,25 +743,56 @@ void StreamingFileWriter::write(std::string_view name, std::span<const std::byte
     fail(Kind::SizeMismatch, label + ": tensor " + in_quotes(name) + ": got " + std::to_string(bytes.size()) +
                                  " bytes but " + std::string(dtype_name(spec.dtype)) + " " +
                                  shape_to_string(spec.shape) + " needs " + std::to_string(need));
+  w.write_range(it->second, 0, bytes, std::move(owner), true);
+}
+
+void StreamingFileWriter::write_part(std::string_view name, uint64_t at, std::span<const std::byte> bytes,
+                                     std::shared_ptr<const void> owner) {
+  Impl& w = *impl_;
+  const std::string label = w.path.string();
+  auto it = w.index.find(std::string(name));
+  if (it == w.index.end()) fail(Kind::MissingTensor, label + ": tensor " + in_quotes(name) + " is not in the planned file");
+  const uint64_t need = w.layout.order[it->second].nbytes();
+  if (bytes.empty() || at > need || bytes.size() > need - at)
+    fail(Kind::SizeMismatch, label + ": tensor " + in_quotes(name) + ": part of " + std::to_string(bytes.size()) +
+                                 " bytes at " + std::to_string(at) + " is empty or outside its " +
+                                 std::to_string(need) + " bytes");
+  w.write_range(it->second, at, bytes, std::move(owner), false);
+}
+
+void StreamingFileWriter::Impl::write_range(size_t k, uint64_t at, std::span<const std::byte> bytes,
+                                            std::shared_ptr<const void> owner, bool whole_tensor) {
+  const std::string label = path.string();
+  const std::string& name = layout.order[k].name;
+  const uint64_t end = at + bytes.size();
   {
-    std::lock_guard lock(w.mutex);
-    if (w.finished) fail(Kind::Io, label + ": write of " + in_quotes(name) + " after finish()");
-    if (w.written[it->second]) fail(Kind::DuplicateName, label + ": tensor " + in_quotes(name) + " written twice");
-    w.written[it->second] = true;
+    std::lock_guard lock(mutex);
+    if (finished) fail(Kind::Io, label + ": write of " + in_quotes(name) + " after finish()");
+    bool overlap = whole[k] || (whole_tensor && !claimed[k].empty());
+    for (const auto& [b, e] : claimed[k]) overlap = overlap || (at < e && b < end);
+    if (overlap) fail(Kind::DuplicateName, label + ": tensor " + in_quotes(name) + " written twice");
+    if (whole_tensor) whole[k] = true;
+    if (end > at) claimed[k].emplace_back(at, end);
   }
-  const uint64_t offset = 8 + w.layout.header_json.size() + w.layout.offsets[it->second];
-  w.put(bytes.data(), bytes.size(), offset);
+  const uint64_t off = layout.offsets[k] + at;  // in the data buffer
+  put(bytes.data(), bytes.size(), data_start() + off);
+  if (bytes.empty()) return;
   bool mine = false;
   {
-    std::lock_guard lock(w.mutex);
-    if (w.hasher && !w.hashing && w.hash_next == it->second) {
-      mine = w.hashing = true;
-    } else if (w.hasher && owner && w.options.hold && w.options.hold->try_take(bytes.size())) {
-      w.held[it->second] = {std::move(owner), bytes};
+    std::lock_guard lock(mutex);
+    Piece p;
+    p.n = bytes.size();
+    if (hasher && !hashing && hash_pos == off) {
+      mine = hashing = true;
+      p.bytes = bytes;
+      p.own = true;
+    } else if (hasher && owner && options.hold && options.hold->try_take(bytes.size())) {
+      p.owner = std::move(owner);
+      p.bytes = bytes;
     }
-    w.landed[it->second] = true;
+    landed.emplace(off, std::move(p));
   }
-  if (mine) w.drain(it->second, bytes);
+  if (mine) drain();
 }
 
 const std::string& StreamingFileWriter::sha256() const {
@@ -764,22 +808,24 @@ void StreamingFileWriter::finish() {
   if (w.finished) return;
   std::string missing;
   size_t n_missing = 0;
-  for (size_t i = 0; i < w.written.size(); ++i) {
-    if (w.written[i]) continue;
+  for (size_t i = 0; i < w.claimed.size(); ++i) {
+    uint64_t covered = 0;
+    for (const auto& [b, e] : w.claimed[i]) covered += e - b;  // claimed ranges never overlap
+    if (w.whole[i] || covered == w.layout.order[i].nbytes()) continue;
     if (n_missing++ < 5) missing += (missing.empty() ? "" : ", ") + in_quotes(w.layout.order[i].name);
   }
   if (n_missing)
-    fail(Kind::MissingTensor, label + ": finish() with " + std::to_string(n_missing) + " tensor(s) never written: " +
+    fail(Kind::MissingTensor, label + ": finish() with " + std::to_string(n_missing) + " tensor(s) never written (or only in part): " +
                                   missing + (n_missing > 5 ? ", ..." : ""));
   if (w.hasher) {
     // Every write() has returned, so no thread is hashing; hash what is still pending.
-    if (w.hashing || w.hash_next > w.landed.size())
+    if (w.hashing || w.hash_failed)
       fail(Kind::Io, w.tmp.string() + ": SHA-256 of the file is incomplete (an earlier read-back failed)");
     w.hashing = true;
     lock.unlock();
-    w.drain(w.landed.size(), {});
+    w.drain();
     lock.lock();
-    if (w.hash_next != w.landed.size()) fail(Kind::Io, w.tmp.string() + ": SHA-256 of the file is incomplete");
+    if (w.hash_pos != w.layout.data_size) fail(Kind::Io, w.tmp.string() + ": SHA-256 of the file is incomplete");
     w.digest = w.hasher->hex();
   }
   if (w.options.fsync_on_finish && fsync(w.fd) != 0)

@@ -16,6 +16,7 @@
 // bad value.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -145,6 +146,9 @@ struct StreamingWriterOptions {
   // With hash: where out-of-order tensors given with an owner (write()'s third argument) are
   // held for the hash; null: they are read back from the file when the prefix reaches them.
   HoldBudget* hold = nullptr;
+  // With hash: called with the byte count of every range of tensor data hashed (from the
+  // thread that hashed it), e.g. to pace work by how far the hash has got.
+  std::function<void(uint64_t)> on_hashed;
 };
 
 // Streams one file into a temporary beside `path` (io::AtomicFile), renamed to `path` by
@@ -165,6 +169,11 @@ class StreamingFileWriter {
   // The same; `owner` keeps `bytes` valid for as long as the writer holds it, so a tensor
   // that lands ahead of the hashed prefix can be hashed later from memory (options.hold).
   void write(std::string_view name, std::span<const std::byte> bytes, std::shared_ptr<const void> owner);
+  // Bytes [at, at + bytes.size()) of a tensor, for tensors built in pieces (e.g. row blocks):
+  // the pieces of a tensor may come in any order and from any thread, and must cover it exactly
+  // once by finish() (overlap: DuplicateName; empty or outside the tensor: SizeMismatch).
+  void write_part(std::string_view name, uint64_t at, std::span<const std::byte> bytes,
+                  std::shared_ptr<const void> owner = nullptr);
   void finish();
   // Hex SHA-256 of the finished file (options.hash); throws Error before finish() or without hash.
   const std::string& sha256() const;

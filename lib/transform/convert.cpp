@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "core/error.hpp"
 #include "core/phase_clock.hpp"
@@ -29,6 +31,7 @@
 #include "transform/calib_input.hpp"
 #include "transform/encode.hpp"
 #include "transform/kv4_params.hpp"
+#include "transform/schedule.hpp"
 #include "transform/shard_table.hpp"
 
 namespace mla::transform {
@@ -84,6 +87,7 @@ struct LiveProfile {
   PhaseTotals hash_input;   // SHA-256 of the input files
   PhaseTotals fingerprint;  // SHA-256 of the attention latent tensors (calibration identity)
   PhaseTotals memory_wait;  // workers waiting for the memory budget of big slices
+  PhaseTotals gate_wait;    // workers waiting for the hash to consume started output (OutputGate)
 };
 
 // One piece of independent work. A simple tensor becomes one unit per distinct slice (ranks
@@ -96,8 +100,11 @@ struct Unit {
   int64_t per_head = 1;
   int64_t layer = -1;         // Latent: the layer
   uint64_t input_bytes = 0;
-  // Simple, after make_plan: rows [r0, r1) x cols [c0, c1), written to `ranks`.
+  // Simple, after make_plan: rows [r0, r1) x cols [c0, c1) of the input, written to `ranks`;
+  // a row chunk of its slice when `part` (the slice starts at input row `slice_row0`).
   std::array<int64_t, 4> slice{};
+  int64_t slice_row0 = 0;
+  bool part = false;
   std::vector<int> ranks;
   bool rows_disjoint = false;  // no other slice reads these input rows: drop their pages after
   // Slices of this tensor not finished yet; the last one drops the tensor's input pages.
@@ -132,29 +139,39 @@ std::optional<TensorView> scale_of(const io::Checkpoint& ckpt, const std::string
 class RankWriters {
  public:
   RankWriters(const fs::path& dir, const RankPlan& rp, uint64_t max_shard_bytes, io::WriterStats* stats,
-              io::HoldBudget* hold)
+              io::HoldBudget* hold, std::function<void(uint64_t)> on_hashed)
       : dir_(dir) {
     plan_ = io::plan_shards(rp.tensors, max_shard_bytes);
     const std::map<std::string, std::string> meta{{"format", "pt"}};
-    const io::StreamingWriterOptions wo{
-        .fsync_on_finish = false, .hash = true, .direct_io = true, .stats = stats, .hold = hold};
+    const io::StreamingWriterOptions wo{.fsync_on_finish = false, .hash = true, .direct_io = true, .stats = stats,
+                                        .hold = hold, .on_hashed = std::move(on_hashed)};
     for (size_t i = 0; i < plan_.shards.size(); ++i)
       writers_.push_back(std::make_unique<io::StreamingFileWriter>(dir / plan_.file_names[i], plan_.shards[i], meta, wo));
     for (size_t i = 0; i < plan_.shards.size(); ++i)
       for (const auto& t : plan_.shards[i]) where_[t.name] = i;
+    for (size_t i = 0; i < writers_.size(); ++i) {
+      const io::FileLayout& l = writers_[i]->layout();
+      for (size_t k = 0; k < l.order.size(); ++k) slot_[l.order[k].name] = {i, k};
+    }
   }
   void write(const std::string& name, std::span<const std::byte> bytes, std::shared_ptr<const void> owner) {
     writers_.at(where_.at(name))->write(name, bytes, std::move(owner));
   }
-  // (file index, byte offset) of a tensor: units run in this order so that each file's
-  // hashed prefix advances as the bytes arrive.
-  std::pair<size_t, uint64_t> position(const std::string& name) const {
-    auto it = where_.find(name);
-    if (it == where_.end()) return {SIZE_MAX, 0};
-    const io::FileLayout& l = writers_[it->second]->layout();
-    for (size_t k = 0; k < l.order.size(); ++k)
-      if (l.order[k].name == name) return {it->second, l.offsets[k]};
-    return {SIZE_MAX, 0};
+  void write_part(const std::string& name, uint64_t at, std::span<const std::byte> bytes,
+                  std::shared_ptr<const void> owner) {
+    writers_.at(where_.at(name))->write_part(name, at, bytes, std::move(owner));
+  }
+  // Where a tensor's bytes go: file index, data offset and size.
+  struct Location {
+    size_t file = 0;
+    uint64_t at = 0, n = 0;
+  };
+  std::optional<Location> locate(const std::string& name) const {
+    auto it = slot_.find(name);
+    if (it == slot_.end()) return std::nullopt;
+    const auto [file, k] = it->second;
+    const io::FileLayout& l = writers_[file]->layout();
+    return Location{file, l.offsets[k], l.order[k].nbytes()};
   }
   void finish() {
     for (size_t i = 0; i < writers_.size(); ++i) {
@@ -169,12 +186,17 @@ class RankWriters {
   }
   const io::ShardPlan& plan() const { return plan_; }
   const std::map<std::string, std::string>& sha256() const { return sha256_; }
+  DType dtype_of(const std::string& name) const {
+    const auto [file, k] = slot_.at(name);
+    return writers_[file]->layout().order[k].dtype;
+  }
 
  private:
   fs::path dir_;
   io::ShardPlan plan_;
   std::vector<std::unique_ptr<io::StreamingFileWriter>> writers_;
   std::map<std::string, size_t> where_;
+  std::unordered_map<std::string, std::pair<size_t, size_t>> slot_;  // tensor -> (file, index in its layout)
   std::map<std::string, std::string> sha256_;  // file name -> hex, after finish()
 };
 
@@ -351,7 +373,10 @@ void plan_rank_outputs(const io::Checkpoint& ckpt, const ConvertOptions& o, int 
   }
 }
 
-// Simple tensors -> one unit per distinct slice (ranks that hold the same slice share it).
+// Simple tensors -> one unit per distinct slice (ranks that hold the same slice share it),
+// and a big slice (vocab-parallel embed_tokens / lm_head: 926 MB each at tp = 2 on V3) one
+// unit per row chunk, so that many threads build the head of each file at once and its bytes
+// land in file order.
 void split_simple_units(const io::Checkpoint& ckpt, const ConvertOptions& o, Plan& p) {
   const TplaLayout& L = p.layout;
   std::vector<Unit> units;
@@ -360,23 +385,37 @@ void split_simple_units(const io::Checkpoint& ckpt, const ConvertOptions& o, Pla
       units.push_back(std::move(u));
       continue;
     }
-    const Shape shape = ckpt.raw(u.name).shape;
+    const TensorView v = ckpt.raw(u.name);
+    const Shape shape = v.shape;
+    const DType dt = output_dtype(u.name, v.dtype, shape.size(), o.out_dtype);
     std::map<std::array<int64_t, 4>, std::vector<int>> by_slice;
     for (int r = 0; r < o.tp; ++r) {
       const Slice2D sl = simple_slice(u.name, shape, *u.rule, L, r, u.per_head);
       by_slice[{sl.rows.begin, sl.rows.end, sl.cols.begin, sl.cols.end}].push_back(r);
     }
-    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(by_slice.size()));
-    bool first = true;
+    std::vector<Unit> mine;
     for (auto& [key, ranks] : by_slice) {
-      Unit su = u;
-      su.slice = key;
-      su.ranks = ranks;
-      su.rows_disjoint = u.rule->kind == SplitKind::Column || u.rule->kind == SplitKind::VocabColumn ||
-                         by_slice.size() == 1;
+      const auto [r0, r1, c0, c1] = key;
+      const int64_t step = shape.size() == 2
+                               ? unit_rows(r1 - r0, static_cast<uint64_t>((c1 - c0) * dtype_bits(dt) / 8),
+                                           static_cast<int>(ranks.size()))
+                               : r1 - r0;
+      for (int64_t a = r0; a < r1 || a == r0; a += std::max<int64_t>(1, step)) {
+        Unit su = u;
+        su.slice = {a, std::min(r1, a + step), c0, c1};
+        su.slice_row0 = r0;
+        su.part = step < r1 - r0;
+        su.ranks = ranks;
+        su.rows_disjoint = u.rule->kind == SplitKind::Column || u.rule->kind == SplitKind::VocabColumn ||
+                           by_slice.size() == 1;
+        if (!mine.empty()) su.input_bytes = 0;  // counted once, for the progress log
+        mine.push_back(std::move(su));
+        if (step <= 0) break;
+      }
+    }
+    auto left = std::make_shared<std::atomic<int>>(static_cast<int>(mine.size()));
+    for (Unit& su : mine) {
       su.slices_left = left;
-      if (!first) su.input_bytes = 0;  // counted once, for the progress log
-      first = false;
       units.push_back(std::move(su));
     }
   }
@@ -484,6 +523,12 @@ void write_encoded(Writers& w, int rank, const std::string& name, const std::sha
   w.ranks[rank]->write(name, e->weight, e);
   if (!e->scale_inv.empty()) w.ranks[rank]->write(name + "_scale_inv", e->scale_inv, e);
 }
+// A row chunk of a tensor: its bytes (and its FP8 block rows' scales) at their offsets.
+void write_encoded_part(Writers& w, int rank, const std::string& name, uint64_t weight_at, uint64_t scale_at,
+                        const std::shared_ptr<const EncodedTensor>& e) {
+  w.ranks[rank]->write_part(name, weight_at, e->weight, e);
+  if (!e->scale_inv.empty()) w.ranks[rank]->write_part(name + "_scale_inv", scale_at, e->scale_inv, e);
+}
 std::shared_ptr<const EncodedTensor> shared(EncodedTensor e) { return std::make_shared<const EncodedTensor>(std::move(e)); }
 
 
@@ -509,7 +554,11 @@ void run_simple(const io::Checkpoint& ckpt, const ConvertOptions& o, const Unit&
     // Ranks with the same slice (replicated tensors, heads repeated across groups) share it.
     const std::shared_ptr<const EncodedTensor> enc = shared(std::move(*e));
     e.reset();
-    for (int r : u.ranks) write_encoded(w, r, u.name, enc);
+    const int64_t skip = r0 - u.slice_row0;  // rows of the slice before this chunk
+    const uint64_t weight_at = static_cast<uint64_t>(skip * ncols * dtype_bits(dt) / 8);
+    const uint64_t scale_at = static_cast<uint64_t>(skip / kFp8BlockSize * fp8_scale_shape(1, ncols)[1] * 4);
+    for (int r : u.ranks)
+      if (u.part) write_encoded_part(w, r, u.name, weight_at, scale_at, enc); else write_encoded(w, r, u.name, enc);
   }
   if (--*u.slices_left == 0) src.release_pages();
 }
@@ -674,6 +723,7 @@ void fill_profile(ConvertProfile& out, const LiveProfile& prof, const CpuTimes& 
   add("SHA-256 inputs (manifest)", prof.hash_input);
   add("SHA-256 fingerprint (plan)", prof.fingerprint);
   add("wait for big-slice memory", prof.memory_wait);
+  add("wait for the hash (output gate)", prof.gate_wait);
   const CpuTimes cpu1 = cpu_times();
   out.cpu_user_seconds = cpu1.user - cpu0.user;
   out.cpu_system_seconds = cpu1.system - cpu0.system;
@@ -711,18 +761,63 @@ uint64_t largest_slice_bytes(const io::Checkpoint& ckpt, const ConvertOptions& o
   return largest_slice;
 }
 
-// Units in output-file order (rank 0's layout; the ranks share it), so the streaming hashes
-// advance while the units run. The order does not change the output bytes.
-void sort_units_in_output_order(Plan& p, const Writers& w) {
-  auto key = [&](const Unit& u) {
-    return w.ranks[0]->position(u.kind == Unit::Kind::Simple ? u.name : attn(u.layer, "kv_a_proj_with_mqa.weight"));
+// The output byte ranges a unit writes (OutputPiece::file = rank * 65536 + file index).
+std::vector<OutputPiece> unit_pieces(const Plan& p, const ConvertOptions& o, const Writers& w, const Unit& u) {
+  std::vector<OutputPiece> out;
+  auto add = [&](int r, const std::string& name, uint64_t at, std::optional<uint64_t> n) {
+    if (const auto loc = w.ranks[r]->locate(name))
+      out.push_back({r * 65536 + static_cast<int>(loc->file), loc->at + at, n ? *n : loc->n});
   };
-  std::vector<std::pair<std::pair<size_t, uint64_t>, size_t>> order;
-  for (size_t i = 0; i < p.units.size(); ++i) order.push_back({key(p.units[i]), i});
+  if (u.kind == Unit::Kind::Simple) {
+    const auto [r0, r1, c0, c1] = u.slice;
+    const DType dt = w.ranks[u.ranks.front()]->dtype_of(u.name);
+    const int64_t skip = r0 - u.slice_row0, ncols = c1 - c0, bc = fp8_scale_shape(1, ncols)[1];
+    for (int r : u.ranks) {
+      if (!u.part) {
+        add(r, u.name, 0, std::nullopt);
+        add(r, u.name + "_scale_inv", 0, std::nullopt);
+        continue;
+      }
+      add(r, u.name, static_cast<uint64_t>(skip * ncols * dtype_bits(dt) / 8),
+          static_cast<uint64_t>((r1 - r0) * ncols * dtype_bits(dt) / 8));
+      if (dt == DType::F8_E4M3)
+        add(r, u.name + "_scale_inv", static_cast<uint64_t>(skip / kFp8BlockSize * bc * 4),
+            static_cast<uint64_t>((r1 - r0 + kFp8BlockSize - 1) / kFp8BlockSize * bc * 4));
+    }
+  } else {
+    const int64_t i = u.layer;
+    for (int r = 0; r < o.tp; ++r)
+      for (const char* t : {"kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight", "absorbed_w_uk",
+                            "absorbed_w_uv"}) {
+        add(r, attn(i, t), 0, std::nullopt);
+        add(r, attn(i, t) + "_scale_inv", 0, std::nullopt);
+      }
+  }
+  (void)p;
+  return out;
+}
+
+// Units in output-file order (the earliest byte each writes; the ranks' files share one
+// layout), so the streaming hashes advance while the units run. The order does not change
+// the output bytes. Returns each unit's pieces, in the new order.
+std::vector<std::vector<OutputPiece>> sort_units_in_output_order(Plan& p, const ConvertOptions& o, const Writers& w) {
+  std::vector<std::vector<OutputPiece>> pieces;
+  std::vector<std::pair<std::pair<int, uint64_t>, size_t>> order;
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    pieces.push_back(unit_pieces(p, o, w, p.units[i]));
+    std::pair<int, uint64_t> key{INT_MAX, 0};
+    for (const OutputPiece& q : pieces.back()) key = std::min(key, {q.file % 65536, q.at});
+    order.push_back({key, i});
+  }
   std::stable_sort(order.begin(), order.end());
   std::vector<Unit> sorted;
-  for (const auto& [k, i] : order) sorted.push_back(p.units[i]);
+  std::vector<std::vector<OutputPiece>> sorted_pieces;
+  for (const auto& [k, i] : order) {
+    sorted.push_back(p.units[i]);
+    sorted_pieces.push_back(std::move(pieces[i]));
+  }
   p.units = std::move(sorted);
+  return sorted_pieces;
 }
 
 // Input files are hashed on the side while the workers convert, several files at once when
@@ -799,10 +894,9 @@ nlohmann::json write_configs_and_manifest(const io::Checkpoint& ckpt, const Plan
 // exhausted, composing a message there would throw again and std::terminate the process,
 // leaving the temporary output behind; the message is composed after the join, once the
 // workers' buffers are freed.
-void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, Writers& w, int nthreads,
-               std::chrono::steady_clock::time_point t0, const std::function<void()>& stop_side_work) {
+void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& o, Writers& w, OutputGate& gate,
+               int nthreads, std::chrono::steady_clock::time_point t0, const std::function<void()>& stop_side_work) {
   const ConvertResult& res = p.result;
-  std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
   std::exception_ptr error;
@@ -817,14 +911,28 @@ void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& 
       oom_unit = unit;
     }
     failed = true;
+    gate.stop();  // waiting workers give up
   };
   auto worker = [&] {
     while (!failed) {
-      const size_t i = next++;
-      if (i >= p.units.size()) return;
+      const std::optional<size_t> next = gate.next(&w.prof->gate_wait);
+      if (!next) return;
+      const size_t i = *next;
       const Unit& u = p.units[i];
       try {
+        struct Done {
+          OutputGate& g;
+          ~Done() { g.done(); }
+        } done_with_gate{gate};
         if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
+      } catch (const std::bad_alloc&) {
+        record_failure(i);
+        return;
+      } catch (...) {
+        record_failure(p.units.size());
+        return;
+      }
+      try {
         std::lock_guard lock(mu);
         ++done;
         bytes_done += u.input_bytes;
@@ -848,6 +956,7 @@ void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& 
     for (int t = 0; t < nthreads; ++t) pool.emplace_back(worker);
   } catch (...) {  // no memory for another thread: stop and join the started ones, then report
     failed = true;  // (a joinable std::thread destroyed by unwinding would std::terminate)
+    gate.stop();
     for (auto& t : pool) t.join();
     stop_side_work();
     throw;
@@ -897,20 +1006,39 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   MemoryBudget memory(std::max(kMinSliceMemoryBytes,
                                static_cast<uint64_t>(std::min(std::max(1, o.threads), kBigSlicesAtOnce)) * largest_slice));
   io::HoldBudget hold(kHashHoldBytes);
+  OutputGate* gate_ptr = nullptr;  // set before the first unit runs (nothing is hashed before)
   Writers w;  // after the budgets: a failed run's writers hand held bytes back as they close
   w.prof = &prof;
   w.memory = &memory;
   for (int r = 0; r < o.tp; ++r) {
     const fs::path dir = out.tmp_path() / io::rank_dir_name(r, o.tp);
     fs::create_directories(dir);
-    w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes, &prof.writer, &hold));
+    w.ranks.push_back(std::make_unique<RankWriters>(dir, res.ranks[r], o.max_shard_bytes, &prof.writer, &hold,
+                                                    [&gate_ptr](uint64_t n) { gate_ptr->hashed(n); }));
   }
-  sort_units_in_output_order(p, w);
+  const std::vector<std::vector<OutputPiece>> pieces = sort_units_in_output_order(p, o, w);
+  // Units start while the output started and not yet hashed fits the hold budget, so nothing
+  // is read back for the hash; unless the layout cannot stream (in_order_lag, FP8 output).
+  const uint64_t lag = in_order_lag(pieces);
+  const bool gated = lag <= kHashHoldBytes / 2;
+  std::vector<uint64_t> unit_bytes;
+  for (const auto& up : pieces) {
+    uint64_t n = 0;
+    for (const OutputPiece& q : up) n += q.n;
+    unit_bytes.push_back(n);
+  }
+  OutputGate gate(std::move(unit_bytes), gated ? kHashHoldBytes : OutputGate::kOff);
+  gate_ptr = &gate;
+  spdlog::log(gated ? spdlog::level::debug : spdlog::level::info,
+              "{} units; output started and not yet hashed {} (in order it would reach {:.1f} MB)", p.units.size(),
+              gated ? "kept within the " + std::to_string(kHashHoldBytes >> 20) + " MiB hold budget"
+                    : std::string("not limited, the layout cannot stream"),
+              lag / 1e6);
 
   const int nthreads = std::max(1, o.threads);
   std::atomic<bool> stop_hashing{false};
   std::future<nlohmann::json> input_hashes = hash_inputs_async(ckpt, o, nthreads, prof, stop_hashing);
-  run_units(ckpt, p, o, w, nthreads, t0, [&] {
+  run_units(ckpt, p, o, w, gate, nthreads, t0, [&] {
     stop_hashing = true;  // the hashers stop after their current file
     input_hashes.wait();
   });
@@ -927,6 +1055,7 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   phase("sync (fsync all outputs) + commit");
   fill_profile(res.profile, prof, cpu0);
   res.profile.hash_hold_peak_bytes = hold.peak();
+  res.profile.gate_peak_bytes = gated ? gate.peak() : 0;
   res.manifest = manifest;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::info("wrote {} ({} ranks, {:.1f} MB) in {:.2f} s", o.output.string(), o.tp, res.output_bytes / 1e6, res.seconds);
@@ -964,7 +1093,7 @@ static nlohmann::json profile_json(const ConvertProfile& pr) {
   for (const auto& [name, secs] : pr.wall) wall.push_back({{"step", name}, {"seconds", secs}});
   return {{"threads", pr.threads}, {"phases", phases}, {"wall", wall}, {"cpu_user_seconds", pr.cpu_user_seconds},
           {"cpu_system_seconds", pr.cpu_system_seconds}, {"peak_rss_kb", pr.peak_rss_kb},
-          {"hash_hold_peak_bytes", pr.hash_hold_peak_bytes}};
+          {"hash_hold_peak_bytes", pr.hash_hold_peak_bytes}, {"gate_peak_bytes", pr.gate_peak_bytes}};
 }
 
 nlohmann::json result_json(const ConvertResult& r) {
@@ -984,9 +1113,9 @@ std::string describe_profile(const ConvertResult& r) {
   std::string s;
   char buf[256];
   std::snprintf(buf, sizeof buf, "profile: %d threads, %.2f s wall, CPU %.1f s user + %.1f s system, peak RSS %.0f MB, "
-                "output held for the hash at most %.0f MB\n",
+                "output held for the hash at most %.0f MB, started and not yet hashed at most %.0f MB\n",
                 pr.threads, r.seconds, pr.cpu_user_seconds, pr.cpu_system_seconds, pr.peak_rss_kb / 1e3,
-                pr.hash_hold_peak_bytes / 1e6);
+                pr.hash_hold_peak_bytes / 1e6, pr.gate_peak_bytes / 1e6);
   s += buf;
   // thread-s: elapsed time summed over threads; CPU-s: their CPU time in the phase (the rest
   // is waiting: disk, locks, other processes); MB/s per CPU-s is one core's rate; threads:

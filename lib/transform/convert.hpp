@@ -79,6 +79,7 @@ struct ConvertProfile {
   double cpu_user_seconds = 0.0, cpu_system_seconds = 0.0;
   int64_t peak_rss_kb = 0;  // of the process so far (getrusage ru_maxrss)
   uint64_t hash_hold_peak_bytes = 0;  // most output held in memory for the streaming hash
+  uint64_t gate_peak_bytes = 0;       // most output started and not yet hashed (0: the gate was off)
 };
 
 struct ConvertResult {
