@@ -148,7 +148,7 @@ struct StreamingWriterOptions {
   HoldBudget* hold = nullptr;
   // With hash: called with the byte count of every range of tensor data hashed (from the
   // thread that hashed it), e.g. to pace work by how far the hash has got.
-  std::function<void(uint64_t)> on_hashed;
+  std::function<void(uint64_t)> on_hashed = nullptr;
 };
 
 // Streams one file into a temporary beside `path` (io::AtomicFile), renamed to `path` by

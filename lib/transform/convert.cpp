@@ -398,7 +398,7 @@ void split_simple_units(const io::Checkpoint& ckpt, const ConvertOptions& o, Pla
       const auto [r0, r1, c0, c1] = key;
       const int64_t step = shape.size() == 2
                                ? unit_rows(r1 - r0, static_cast<uint64_t>((c1 - c0) * dtype_bits(dt) / 8),
-                                           static_cast<int>(ranks.size()))
+                                           static_cast<int>(ranks.size()), o.unit_bytes ? o.unit_bytes : kUnitBytes)
                                : r1 - r0;
       for (int64_t a = r0; a < r1 || a == r0; a += std::max<int64_t>(1, step)) {
         Unit su = u;
@@ -504,9 +504,10 @@ class MemoryBudget {
   std::mutex mu_;
   std::condition_variable cv_;
 };
-// Encoded slices in flight: at least this much, and room for up to four of the largest slice
-// (V3's vocab-parallel embedding and lm_head: 926 MB each at tp = 2) so that they run side by
-// side when there are threads for them. Independent of the layer count.
+// Encoded slices (and the latent units' float64 working copies) in flight: at least this
+// much, or four of the largest slice unit. Big slices are split into row-chunk units of ~64 MiB
+// (kUnitBytes), so this is 1.5 GiB on V3; OutputGate bounds the encoded output more tightly
+// where it is on. Independent of the layer count and, beyond four, of the thread count.
 constexpr uint64_t kMinSliceMemoryBytes = 1536ull << 20;
 constexpr int kBigSlicesAtOnce = 4;
 // Out-of-order output held for the streaming hash instead of read back (io::HoldBudget).
@@ -1005,7 +1006,8 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const uint64_t largest_slice = largest_slice_bytes(ckpt, o, p);
   MemoryBudget memory(std::max(kMinSliceMemoryBytes,
                                static_cast<uint64_t>(std::min(std::max(1, o.threads), kBigSlicesAtOnce)) * largest_slice));
-  io::HoldBudget hold(kHashHoldBytes);
+  const uint64_t hold_bytes = o.hold_bytes ? o.hold_bytes : kHashHoldBytes;
+  io::HoldBudget hold(hold_bytes);
   OutputGate* gate_ptr = nullptr;  // set before the first unit runs (nothing is hashed before)
   Writers w;  // after the budgets: a failed run's writers hand held bytes back as they close
   w.prof = &prof;
@@ -1020,18 +1022,18 @@ ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   // Units start while the output started and not yet hashed fits the hold budget, so nothing
   // is read back for the hash; unless the layout cannot stream (in_order_lag, FP8 output).
   const uint64_t lag = in_order_lag(pieces);
-  const bool gated = lag <= kHashHoldBytes / 2;
+  const bool gated = lag <= hold_bytes / 2;
   std::vector<uint64_t> unit_bytes;
   for (const auto& up : pieces) {
     uint64_t n = 0;
     for (const OutputPiece& q : up) n += q.n;
     unit_bytes.push_back(n);
   }
-  OutputGate gate(std::move(unit_bytes), gated ? kHashHoldBytes : OutputGate::kOff);
+  OutputGate gate(std::move(unit_bytes), gated ? hold_bytes : OutputGate::kOff);
   gate_ptr = &gate;
   spdlog::log(gated ? spdlog::level::debug : spdlog::level::info,
               "{} units; output started and not yet hashed {} (in order it would reach {:.1f} MB)", p.units.size(),
-              gated ? "kept within the " + std::to_string(kHashHoldBytes >> 20) + " MiB hold budget"
+              gated ? "kept within the " + std::to_string(hold_bytes >> 20) + " MiB hold budget"
                     : std::string("not limited, the layout cannot stream"),
               lag / 1e6);
 

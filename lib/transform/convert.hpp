@@ -50,6 +50,12 @@ struct ConvertOptions {
   bool dry_run = false;
   int threads = 1;               // does not change the output bytes
   uint64_t max_shard_bytes = 5ull << 30;
+  // Scheduling knobs (0: the defaults, transform/schedule.hpp kUnitBytes and 1 GiB); they do
+  // not change the output bytes. unit_bytes: slices above it become row-chunk units;
+  // hold_bytes: output kept in memory for the streaming SHA-256, which also bounds the output
+  // started and not yet hashed (OutputGate).
+  uint64_t unit_bytes = 0;
+  uint64_t hold_bytes = 0;
 };
 
 struct RankPlan {

@@ -91,13 +91,13 @@ class OutputGate {
 // Output bytes per unit (mla-convert): slices above this are split into row chunks.
 inline constexpr uint64_t kUnitBytes = 64ull << 20;
 // Rows per unit for a slice of `rows` rows whose output row is `row_bytes` bytes, written to
-// `copies` ranks: the whole slice when it is at most kUnitBytes in all, else a multiple of
-// 128 rows (so FP8 output blocks are the same as for the whole slice) of about kUnitBytes.
-inline int64_t unit_rows(int64_t rows, uint64_t row_bytes, int copies) {
+// `copies` ranks: the whole slice when it is at most `unit_bytes` in all, else a multiple of
+// 128 rows (so FP8 output blocks are the same as for the whole slice) of about `unit_bytes`.
+inline int64_t unit_rows(int64_t rows, uint64_t row_bytes, int copies, uint64_t unit_bytes = kUnitBytes) {
   constexpr int64_t kBlock = kFp8BlockSize;
   const uint64_t per_row = row_bytes * static_cast<uint64_t>(std::max(1, copies));
-  if (per_row == 0 || static_cast<uint64_t>(rows) * per_row <= kUnitBytes) return rows;
-  const int64_t r = static_cast<int64_t>(kUnitBytes / per_row) / kBlock * kBlock;
+  if (per_row == 0 || static_cast<uint64_t>(rows) * per_row <= unit_bytes) return rows;
+  const int64_t r = static_cast<int64_t>(unit_bytes / per_row) / kBlock * kBlock;
   return std::max<int64_t>(kBlock, r);
 }
 

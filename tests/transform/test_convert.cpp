@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <fstream>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "model/tpla_reference.hpp"
 #include "rank_sum.hpp"
 #include "transform/convert.hpp"
+#include "transform/schedule.hpp"
 #include "transform/shard_table.hpp"
 
 namespace mla::transform {
@@ -190,6 +192,92 @@ TEST_F(ConvertTest, DeterministicAcrossRunsAndThreadCounts) {
   for (const auto& f : files)
     for (size_t k = 1; k < outs.size(); ++k) EXPECT_EQ(slurp(outs[0] / f), slurp(outs[k] / f)) << f;
   EXPECT_TRUE(fs::exists(outs[0] / "rank-03-of-04" / "model.safetensors.index.json"));
+}
+
+TEST_F(ConvertTest, RowChunkUnitsAndTheOutputGateKeepTheBytes) {
+  // Every slice split into 128-row units written in place (unit_bytes = 1) and a hold budget
+  // small enough that the output gate holds units back: the same bytes as the default schedule,
+  // BF16 and FP8 output, 1, 3 and 16 threads. Where the gate is on (BF16) nothing is read back
+  // for the hash and the output started but not yet hashed stays within the budget.
+  for (const OutDtype dt : {OutDtype::BF16, OutDtype::FP8}) {
+    const std::string tag = std::string(out_dtype_name(dt));
+    ConvertOptions ref = opts("chunk-ref-" + tag, 2);
+    ref.out_dtype = dt;
+    ref.absorb = true;
+    const ConvertResult ref_res = convert_checkpoint(ref);
+    std::vector<std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(ref.output))
+      if (e.is_regular_file()) files.push_back(fs::relative(e.path(), ref.output).string());
+    for (const int threads : {1, 3, 16}) {
+      ConvertOptions o = ref;
+      o.output = root_ / ("chunk-" + tag + "-t" + std::to_string(threads));
+      o.threads = threads;
+      o.unit_bytes = 1;
+      o.hold_bytes = 384 << 10;  // the largest unit (q_b_proj, on both ranks) is ~230 KB
+      const ConvertResult res = convert_checkpoint(o);
+      for (const auto& f : files) EXPECT_EQ(slurp(ref.output / f), slurp(o.output / f)) << tag << " t" << threads << " " << f;
+      uint64_t read_back = 0;
+      for (const PhaseFigure& f : res.profile.phases)
+        if (f.name.rfind("read-back", 0) == 0) read_back = f.bytes;
+      if (dt == OutDtype::BF16) {
+        EXPECT_EQ(read_back, 0u) << threads;
+        EXPECT_GT(res.profile.gate_peak_bytes, 0u) << threads;
+        EXPECT_LE(res.profile.gate_peak_bytes, o.hold_bytes) << threads;
+        EXPECT_LE(res.profile.hash_hold_peak_bytes, o.hold_bytes) << threads;
+      } else {
+        EXPECT_EQ(res.profile.gate_peak_bytes, 0u) << "FP8 output cannot stream: the gate is off";
+      }
+    }
+    EXPECT_GT(ref_res.output_bytes, 3 * (384u << 10)) << "too small an output to exercise the gate";
+  }
+}
+
+TEST(ConvertSchedule, OutputGateWaitsForTheHashButNeverForNothing) {
+  // Units of 60 bytes under a limit of 100: the second waits until the hash has consumed the
+  // first's bytes; a unit larger than the limit passes when nothing else runs (else the run
+  // could never finish); stop() releases a waiting worker with no unit.
+  OutputGate gate({60, 60, 500, 10}, 100);
+  EXPECT_EQ(gate.next(), std::optional<size_t>(0));
+  auto second = std::async(std::launch::async, [&] { return gate.next(); });
+  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  gate.hashed(60);
+  ASSERT_EQ(second.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(second.get(), std::optional<size_t>(1));
+  gate.done();  // unit 0; unit 1 still running with 60 bytes pending
+  auto third = std::async(std::launch::async, [&] { return gate.next(); });
+  EXPECT_EQ(third.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  gate.done();  // unit 1 finished, its bytes not hashed yet: nothing runs, so unit 2 may start
+  ASSERT_EQ(third.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(third.get(), std::optional<size_t>(2));
+  EXPECT_EQ(gate.peak(), 560u);
+  auto fourth = std::async(std::launch::async, [&] { return gate.next(); });
+  EXPECT_EQ(fourth.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  gate.stop();
+  ASSERT_EQ(fourth.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(fourth.get(), std::nullopt);
+  // Off: every unit passes at once.
+  OutputGate off({60, 60, 60}, OutputGate::kOff);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(off.next(), std::optional<size_t>(i));
+  EXPECT_EQ(off.next(), std::nullopt);
+}
+
+TEST(ConvertSchedule, InOrderLagAndUnitRows) {
+  // Units writing their file front to back leave nothing ahead of the prefix; an FP8-like
+  // layout (each unit writes a small scale at the head and its weight at the end) leaves the
+  // weights waiting until the last unit's scale.
+  std::vector<std::vector<OutputPiece>> in_order, fp8_like;
+  for (uint64_t k = 0; k < 8; ++k) {
+    in_order.push_back({{0, k * 100, 100}, {1, k * 100, 100}});
+    fp8_like.push_back({{0, k * 4, 4}, {0, 32 + k * 100, 100}});
+  }
+  std::swap(in_order[2], in_order[3]);  // one unit late: its successor waits for it
+  EXPECT_EQ(in_order_lag(in_order), 200u);
+  EXPECT_EQ(in_order_lag(fp8_like), 700u);
+  // Rows per unit: whole slices up to the unit size, else multiples of 128 rows.
+  EXPECT_EQ(unit_rows(1000, 1000, 1, 1u << 20), 1000);
+  EXPECT_EQ(unit_rows(64640, 14336, 1, kUnitBytes), 4608);  // V3 lm_head slice at tp = 2: 66 MB units
+  EXPECT_EQ(unit_rows(64640, 14336, 2, kUnitBytes), 2304);  // written to two ranks: half
+  EXPECT_EQ(unit_rows(5000, 1u << 20, 1, 1u << 20), 128);  // at least one FP8 block row
 }
 
 TEST_F(ConvertTest, ProfileAccountsForEveryByte) {
