@@ -20,9 +20,11 @@ struct CacheShape {
   int dim = 0;  // d_c (of the rank's slice) + d_r
 };
 
-// The decode parameter block for one s_q = 1 step on a cache of this shape (pointers unset).
-inline quant::Bf16DecodeParams decode_params(const CacheShape& s, int heads, int d_c, int d_r, float scale) {
-  quant::Bf16DecodeParams p;
+// The decode parameter block for one s_q = 1 step on a cache of this shape (pointers unset);
+// also the FP8 decode's (quant::Fp8DecodeParams has the same shape fields).
+template <typename Params = quant::Bf16DecodeParams>
+Params decode_params(const CacheShape& s, int heads, int d_c, int d_r, float scale) {
+  Params p;
   p.batch = s.batch;
   p.s_q = 1;
   p.heads = heads;

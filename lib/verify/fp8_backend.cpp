@@ -11,28 +11,28 @@
 #include "quant/fp8_decode_twin.hpp"
 #include "quant/fp8_kv.hpp"
 #include "transform/kv4_params.hpp"
+#include "verify/backend_common.hpp"
 #include "verify/kv4_backend.hpp"
 
 namespace mla::verify {
 namespace {
 
-// Queued BF16 appends of one cache, encoded once d_c is known.
-struct PendingAppend {
-  std::vector<uint16_t> kv_new;
-  int n_new = 0;
-  std::vector<int32_t> positions;
+struct Fp8Cache {
+  CacheShape shape;
+  std::vector<int32_t> page_table;
+  std::vector<PendingAppend> pending;
+  std::vector<uint8_t> bytes;  // FP8 pages (0xFF: NaN codes and NaN scales until written)
+  int d_c, d_r;
 };
 
-class CpuFp8Backend final : public DecodeBackend {
+class CpuFp8Backend final : public QueuedAppendBackend<Fp8Cache> {
+  using Cache = Fp8Cache;
+
  public:
   std::string name() const override { return "cpu (fp8 twin)"; }
 
   int create_cache(const CacheShape& s, const std::vector<int32_t>& page_table) override {
-    caches_.push_back(Cache{s, page_table, {}, {}, 0, 0});
-    return static_cast<int>(caches_.size() - 1);
-  }
-  void append(int cache, const std::vector<uint16_t>& kv_new, int n_new, const std::vector<int32_t>& positions) override {
-    caches_.at(cache).pending.push_back(PendingAppend{kv_new, n_new, positions});
+    return caches_.add(Cache{s, page_table, {}, {}, 0, 0});
   }
   void decode(int cache, const std::vector<uint16_t>& q, int heads, int d_c, int d_r, const std::vector<int32_t>& seqlens,
               float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
@@ -45,7 +45,7 @@ class CpuFp8Backend final : public DecodeBackend {
     quant::fp8_quantize_query_twin(q.data(), rows, d_c, d_r, q8.data(), qr.data(), qs.data());
     out.assign(static_cast<size_t>(rows) * d_c, 0);
     lse.assign(rows, 0.f);
-    quant::Fp8DecodeParams p;
+    quant::Fp8DecodeParams p = decode_params<quant::Fp8DecodeParams>(c.shape, heads, d_c, d_r, scale);
     p.q8 = q8.data();
     p.q_rope = qr.data();
     p.q_scale = qs.data();
@@ -54,45 +54,26 @@ class CpuFp8Backend final : public DecodeBackend {
     p.seqlens = seqlens.data();
     p.out = out.data();
     p.lse = lse.data();
-    p.batch = c.shape.batch;
-    p.s_q = 1;
-    p.heads = heads;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.num_pages = c.shape.num_pages;
-    p.page_size = c.shape.page_size;
-    p.max_pages = c.shape.max_pages;
-    p.scale = scale;
     quant::fp8_decode_twin(p);
   }
 
  private:
-  struct Cache {
-    CacheShape shape;
-    std::vector<int32_t> page_table;
-    std::vector<PendingAppend> pending;
-    std::vector<uint8_t> bytes;  // FP8 pages (0xFF: NaN codes and NaN scales until written)
-    int d_c, d_r;
-  };
   static void flush(Cache& c, int d_c, int d_r) {
-    if (d_c + d_r != c.shape.dim)
-      throw InputError("fp8 backend: d_c + d_r = " + std::to_string(d_c + d_r) + " differs from the cache's dim " +
-                       std::to_string(c.shape.dim));
+    check_cache_dim("fp8", c.shape, d_c, d_r);
     const quant::Fp8CacheLayout l{c.shape.page_size, d_c, d_r};
     if (c.bytes.empty()) {
       quant::validate_fp8_layout(l);
       c.bytes.assign(static_cast<size_t>(c.shape.num_pages) * l.page_bytes(), 0xFF);
       c.d_c = d_c;
       c.d_r = d_r;
-    } else if (c.d_c != d_c) {
-      throw InputError("fp8 backend: d_c = " + std::to_string(d_c) + " differs from the cache's " + std::to_string(c.d_c));
+    } else {
+      check_cache_d_c("fp8", c.d_c, d_c);
     }
     for (const PendingAppend& a : c.pending)
       quant::fp8_cache_append_twin(l, a.kv_new.data(), c.shape.batch, a.n_new, a.positions.data(), c.page_table.data(),
                                    c.shape.max_pages, c.bytes.data(), c.shape.num_pages);
     c.pending.clear();
   }
-  std::vector<Cache> caches_;
 };
 
 // SnapMLA study configuration: the BF16 cache fake-quantised per request, decoded by the BF16 twin.
@@ -103,14 +84,11 @@ class StudyBackend final : public DecodeBackend {
     return std::string("cpu (bf16 twin on a cache fake-quantised as ") + std::string(quant::fp8_config_name(config_)) + ")";
   }
   int create_cache(const CacheShape& s, const std::vector<int32_t>& page_table) override {
-    caches_.push_back(Cache{s, page_table, std::vector<uint16_t>(size_t(s.num_pages) * s.page_size * s.dim, 0x7FC0)});
-    return static_cast<int>(caches_.size() - 1);
+    return caches_.add(Cache{s, page_table, poisoned_bf16_pages(s)});
   }
   void append(int cache, const std::vector<uint16_t>& kv_new, int n_new, const std::vector<int32_t>& positions) override {
     Cache& c = caches_.at(cache);
-    quant::cache_append_twin_bf16(kv_new.data(), c.shape.batch, n_new, c.shape.dim, positions.data(),
-                                  c.page_table.data(), c.shape.max_pages, c.data.data(), c.shape.num_pages,
-                                  c.shape.page_size);
+    append_bf16_twin(c.shape, c.page_table, c.data, kv_new.data(), n_new, positions.data());
   }
   void decode(int cache, const std::vector<uint16_t>& q, int heads, int d_c, int d_r, const std::vector<int32_t>& seqlens,
               float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
@@ -139,16 +117,7 @@ class StudyBackend final : public DecodeBackend {
         for (int i = 0; i < d_r; ++i) r[d_c + i] = double_to_bf16(ko(t, i));
       }
     }
-    out.assign(size_t(c.shape.batch) * heads * d_c, 0);
-    lse.assign(size_t(c.shape.batch) * heads, 0.f);
-    quant::Bf16DecodeParams p = decode_params(c.shape, heads, d_c, d_r, scale);
-    p.q = q.data();
-    p.kv_cache = fq.data();
-    p.page_table = c.page_table.data();
-    p.seqlens = seqlens.data();
-    p.out = out.data();
-    p.lse = lse.data();
-    quant::decode_twin_bf16(p);
+    decode_bf16_twin(c.shape, fq.data(), c.page_table, q, heads, d_c, d_r, seqlens, scale, out, lse);
   }
 
  private:
@@ -158,7 +127,7 @@ class StudyBackend final : public DecodeBackend {
     std::vector<uint16_t> data;
   };
   quant::Fp8Config config_;
-  std::vector<Cache> caches_;
+  CacheList<Cache> caches_;
 };
 
 }  // namespace
