@@ -3,10 +3,9 @@
 // same device tensors (queries, cache, page table, lengths) and the same stream, interleaved.
 // Also the one ABI behind the Python package python/mla_toolchain (ctypes; docs/python.md): keep
 // these signatures stable, add new entry points beside them. The C++ API is kernels/mla_decode.hpp.
-#include <cstdio>
-#include <cstring>
 #include <exception>
 
+#include "capi_common.hpp"
 #include "kernels/mla_decode.hpp"
 
 namespace {
@@ -14,27 +13,12 @@ mla::kernels::Bf16DecodeParams make_params(const void* q, const void* kv_cache, 
                                            const int32_t* seqlens, void* out, float* lse, int batch, int s_q,
                                            int heads, int d_c, int d_r, int num_pages, int page_size, int max_pages,
                                            float scale, int variant) {
-  mla::kernels::Bf16DecodeParams p;
+  auto p = mla::capi::decode_params<mla::kernels::Bf16DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads, d_c,
+                                                                    d_r, num_pages, page_size, max_pages, scale);
   p.q = static_cast<const uint16_t*>(q);
   p.kv_cache = static_cast<const uint16_t*>(kv_cache);
-  p.page_table = page_table;
-  p.seqlens = seqlens;
-  p.out = static_cast<uint16_t*>(out);
-  p.lse = lse;
-  p.batch = batch;
-  p.s_q = s_q;
-  p.heads = heads;
-  p.d_c = d_c;
-  p.d_r = d_r;
-  p.num_pages = num_pages;
-  p.page_size = page_size;
-  p.max_pages = max_pages;
-  p.scale = scale;
   p.variant = variant;
   return p;
-}
-void set_error(char* err, size_t err_len, const char* what) {
-  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", what);
 }
 }  // namespace
 
@@ -60,18 +44,12 @@ int mla_decode_capi_run(const void* q, const void* kv_cache, const int32_t* page
                         void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
                         int page_size, int max_pages, float scale, int variant, int num_parts, void* workspace,
                         size_t workspace_bytes, void* stream, char* err, size_t err_len) {
-  try {
+  return mla::capi::report_errors(err, err_len, [&] {
     auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
                          max_pages, scale, variant);
-    p.num_parts = num_parts;
-    p.workspace = workspace;
-    p.workspace_bytes = workspace_bytes;
+    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
     mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return 1;
-  }
+  });
 }
 
 // The CPU twin (quant::decode_twin_bf16) on host buffers with the same arguments as
@@ -81,16 +59,12 @@ int mla_decode_capi_twin(const void* q, const void* kv_cache, const int32_t* pag
                          void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
                          int page_size, int max_pages, float scale, int variant, int num_parts, char* err,
                          size_t err_len) {
-  try {
+  return mla::capi::report_errors(err, err_len, [&] {
     auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
                          max_pages, scale, variant);
     p.num_parts = num_parts;
     mla::quant::decode_twin_bf16(p);
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return 1;
-  }
+  });
 }
 
 }  // extern "C"

@@ -2,26 +2,11 @@
 // tools/mla-bench/peer_fp8.py): ours, FlashMLA's BF16 dense and FP8 sparse decodes then run in
 // one process on caches built from the same values. Not a product interface: the C++ API is
 // kernels/fp8_append.hpp and kernels/fp8_decode.hpp.
-#include <cstdio>
 #include <exception>
 
+#include "capi_common.hpp"
 #include "kernels/fp8_append.hpp"
 #include "kernels/fp8_decode.hpp"
-
-namespace {
-void set_error(char* err, size_t err_len, const char* what) {
-  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", what);
-}
-mla::quant::Fp8DecodeParams shape(int batch, int s_q, int heads, int d_c, int d_r) {
-  mla::quant::Fp8DecodeParams p;
-  p.batch = batch;
-  p.s_q = s_q;
-  p.heads = heads;
-  p.d_c = d_c;
-  p.d_r = d_r;
-  return p;
-}
-}  // namespace
 
 extern "C" {
 
@@ -29,7 +14,7 @@ extern "C" {
 int mla_fp8_capi_append(const void* kv_new, const int32_t* positions, const int32_t* page_table, void* cache, int batch,
                         int n_new, int d_c, int d_r, int max_pages, int num_pages, int page_size, void* stream, char* err,
                         size_t err_len) {
-  try {
+  return mla::capi::report_errors(err, err_len, [&] {
     mla::kernels::Fp8AppendParams p;
     p.kv_new = static_cast<const uint16_t*>(kv_new);
     p.positions = positions;
@@ -43,18 +28,14 @@ int mla_fp8_capi_append(const void* kv_new, const int32_t* positions, const int3
     p.num_pages = num_pages;
     p.page_size = page_size;
     mla::kernels::fp8_cache_append(p, static_cast<cudaStream_t>(stream));
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return 1;
-  }
+  });
 }
 
 // Default parts for the shape on the current device (0 on error) and the workspace bytes
 // fp8_decode_bf16q needs with them.
 int mla_fp8_capi_parts(int batch, int s_q, int heads, int d_c, int d_r, size_t* workspace_bytes) {
   try {
-    auto p = shape(batch, s_q, heads, d_c, d_r);
+    auto p = mla::capi::decode_shape<mla::quant::Fp8DecodeParams>(batch, s_q, heads, d_c, d_r);
     p.num_parts = mla::kernels::fp8_decode_parts_for_device(p);
     *workspace_bytes = mla::kernels::fp8_decode_workspace_bytes(p, true);
     return p.num_parts;
@@ -68,26 +49,13 @@ int mla_fp8_capi_run(const void* q, const void* cache, const int32_t* page_table
                      float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages, int page_size,
                      int max_pages, float scale, int num_parts, void* workspace, size_t workspace_bytes, void* stream,
                      char* err, size_t err_len) {
-  try {
-    auto p = shape(batch, s_q, heads, d_c, d_r);
+  return mla::capi::report_errors(err, err_len, [&] {
+    auto p = mla::capi::decode_params<mla::quant::Fp8DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads, d_c,
+                                                                   d_r, num_pages, page_size, max_pages, scale);
     p.cache = static_cast<const uint8_t*>(cache);
-    p.page_table = page_table;
-    p.seqlens = seqlens;
-    p.out = static_cast<uint16_t*>(out);
-    p.lse = lse;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
-    p.max_pages = max_pages;
-    p.scale = scale;
-    p.num_parts = num_parts;
-    p.workspace = workspace;
-    p.workspace_bytes = workspace_bytes;
+    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
     mla::kernels::fp8_decode_bf16q(p, static_cast<const uint16_t*>(q), static_cast<cudaStream_t>(stream));
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return 1;
-  }
+  });
 }
 
 }  // extern "C"

@@ -1,27 +1,12 @@
 // C entry points to the 4-bit cache decode, for the peer benchmark driven from Python (ctypes,
 // tools/mla-bench/peer_kv4.py): ours and FlashMLA's BF16 dense decode run in one process on
 // caches holding the same values. Not a product interface: the C++ API is kernels/kv4_decode.hpp.
-#include <cstdio>
 #include <exception>
 
+#include "capi_common.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/fp8_decode.hpp"
 #include "kernels/kv4_decode.hpp"
-
-namespace {
-void set_error(char* err, size_t err_len, const char* what) {
-  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", what);
-}
-mla::quant::Bf16DecodeParams shape(int batch, int s_q, int heads, int d_c, int d_r) {
-  mla::quant::Bf16DecodeParams p;
-  p.batch = batch;
-  p.s_q = s_q;
-  p.heads = heads;
-  p.d_c = d_c;
-  p.d_r = d_r;
-  return p;
-}
-}  // namespace
 
 extern "C" {
 
@@ -31,18 +16,13 @@ extern "C" {
 int mla_kv4_capi_parts(int route, int batch, int s_q, int heads, int d_c, int d_r, size_t* workspace_bytes) {
   try {
     if (route == 1) {
-      mla::quant::Fp8DecodeParams p;
-      p.batch = batch;
-      p.s_q = s_q;
-      p.heads = heads;
-      p.d_c = d_c;
-      p.d_r = d_r;
+      auto p = mla::capi::decode_shape<mla::quant::Fp8DecodeParams>(batch, s_q, heads, d_c, d_r);
       p.num_parts = mla::kernels::fp8_decode_parts_for_device(p);
       *workspace_bytes = mla::kernels::fp8_decode_workspace_bytes(p, true);
       return p.num_parts;
     }
     mla::kernels::Kv4DecodeParams kp;
-    kp.base = shape(batch, s_q, heads, d_c, d_r);
+    kp.base = mla::capi::decode_shape<mla::quant::Bf16DecodeParams>(batch, s_q, heads, d_c, d_r);
     *workspace_bytes = mla::kernels::kv4_decode_workspace_bytes_for(kp);
     kp.base.num_parts = mla::cuda::sm_count() / ((s_q * heads + 15) / 16);
     return kp.base.num_parts > 0 ? kp.base.num_parts : 1;
@@ -57,54 +37,26 @@ int mla_kv4_capi_run(int route, int format, const float* levels, const void* q, 
                      const int32_t* seqlens, void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r,
                      int num_pages, int page_size, int max_pages, float scale, int num_parts, void* workspace,
                      size_t workspace_bytes, void* stream, char* err, size_t err_len) {
-  try {
-    mla::kernels::Kv4DecodeParams kp;
-    kp.base = shape(batch, s_q, heads, d_c, d_r);
-    mla::quant::Bf16DecodeParams& p = kp.base;
-    p.q = static_cast<const uint16_t*>(q);
-    p.kv_cache = static_cast<const uint16_t*>(cache);
-    p.page_table = page_table;
-    p.seqlens = seqlens;
-    p.out = static_cast<uint16_t*>(out);
-    p.lse = lse;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
-    p.max_pages = max_pages;
-    p.scale = scale;
-    p.num_parts = num_parts;
-    p.workspace = workspace;
-    p.workspace_bytes = workspace_bytes;
+  return mla::capi::report_errors(err, err_len, [&] {
     if (route == 1) {
-      mla::quant::Fp8DecodeParams f;
+      auto f = mla::capi::decode_params<mla::quant::Fp8DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads,
+                                                                     d_c, d_r, num_pages, page_size, max_pages, scale);
       f.cache = static_cast<const uint8_t*>(cache);
-      f.page_table = page_table;
-      f.seqlens = seqlens;
-      f.out = static_cast<uint16_t*>(out);
-      f.lse = lse;
-      f.batch = batch;
-      f.s_q = s_q;
-      f.heads = heads;
-      f.d_c = d_c;
-      f.d_r = d_r;
-      f.num_pages = num_pages;
-      f.page_size = page_size;
-      f.max_pages = max_pages;
-      f.scale = scale;
-      f.num_parts = num_parts;
-      f.workspace = workspace;
-      f.workspace_bytes = workspace_bytes;
+      mla::capi::set_split(f, num_parts, workspace, workspace_bytes);
       mla::kernels::fp8_decode_fp4_cache_bf16q(f, static_cast<const uint16_t*>(q), static_cast<cudaStream_t>(stream));
-      return 0;
+      return;
     }
+    mla::kernels::Kv4DecodeParams kp;
+    kp.base = mla::capi::decode_params<mla::quant::Bf16DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads,
+                                                                     d_c, d_r, num_pages, page_size, max_pages, scale);
+    kp.base.q = static_cast<const uint16_t*>(q);
+    kp.base.kv_cache = static_cast<const uint16_t*>(cache);
+    mla::capi::set_split(kp.base, num_parts, workspace, workspace_bytes);
     kp.format = format == 1 ? mla::kernels::Kv4Format::Codebook : mla::kernels::Kv4Format::Fp4;
     if (levels != nullptr)
       for (int i = 0; i < 16; ++i) kp.levels[i] = levels[i];
     mla::kernels::mla_decode_kv4(kp, static_cast<cudaStream_t>(stream));
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(err, err_len, e.what());
-    return 1;
-  }
+  });
 }
 
 }  // extern "C"

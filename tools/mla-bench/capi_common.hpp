@@ -1,0 +1,68 @@
+#pragma once
+// What the C entry points (decode_capi.cpp, fp8_capi.cpp, kv4_capi.cpp) share: the error text
+// handed back through (err, err_len), and the decode parameter block built from the C arguments
+// (quant::Bf16DecodeParams and quant::Fp8DecodeParams name their shape, paging and split fields
+// alike). Internal linkage: each shared library compiles this once and exports only its
+// extern "C" names.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+
+namespace mla::capi {
+namespace {
+
+void set_error(char* err, size_t err_len, const char* what) {
+  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", what);
+}
+
+// Runs f: 0 on success, else 1 with the exception's message in err.
+template <typename F>
+int report_errors(char* err, size_t err_len, F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(err, err_len, e.what());
+    return 1;
+  }
+}
+
+// The shape, the page table, lengths, outputs, paging and scale of one decode call; the query and
+// cache pointers (their types differ by format) are the caller's.
+template <typename Params>
+Params decode_params(const int32_t* page_table, const int32_t* seqlens, void* out, float* lse, int batch, int s_q,
+                     int heads, int d_c, int d_r, int num_pages, int page_size, int max_pages, float scale) {
+  Params p;
+  p.page_table = page_table;
+  p.seqlens = seqlens;
+  p.out = static_cast<uint16_t*>(out);
+  p.lse = lse;
+  p.batch = batch;
+  p.s_q = s_q;
+  p.heads = heads;
+  p.d_c = d_c;
+  p.d_r = d_r;
+  p.num_pages = num_pages;
+  p.page_size = page_size;
+  p.max_pages = max_pages;
+  p.scale = scale;
+  return p;
+}
+
+// The shape alone (the parts and workspace queries): every other field as Params defaults it.
+template <typename Params>
+Params decode_shape(int batch, int s_q, int heads, int d_c, int d_r) {
+  return decode_params<Params>(nullptr, nullptr, nullptr, nullptr, batch, s_q, heads, d_c, d_r, 0, 0, 0, 0.f);
+}
+
+// The split-KV parts and the workspace sized for them (the *_parts entry points).
+template <typename Params>
+void set_split(Params& p, int num_parts, void* workspace, size_t workspace_bytes) {
+  p.num_parts = num_parts;
+  p.workspace = workspace;
+  p.workspace_bytes = workspace_bytes;
+}
+
+}  // namespace
+}  // namespace mla::capi
