@@ -17,15 +17,5 @@ run(0 ${V} --converted ${WORK}/tp1 --kv fp8-rope-aware --json ${WORK}/r.json)
 # The study configurations run on the CPU only: a clear error (exit 1) on cuda.
 run(1 ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --converted ${WORK}/tp1
     --kv fp8-A --device cuda)
-file(READ ${WORK}/a.json ja)
-file(READ ${WORK}/r.json jr)
-string(JSON n LENGTH "${ja}" layers)
-math(EXPR last "${n} - 1")
-foreach(i RANGE ${last})
-  string(JSON ea GET "${ja}" layers ${i} converted_vs_original rel_l2)
-  string(JSON er GET "${jr}" layers ${i} converted_vs_original rel_l2)
-  if(NOT ea GREATER er)
-    message(FATAL_ERROR "layer ${i}: config A rel_l2 ${ea} is not above RoPE-aware per-token ${er}")
-  endif()
-  message(STATUS "layer ${i}: A ${ea} > RoPE-aware ${er}")
-endforeach()
+# Every layer: config A's error above RoPE-aware per-token's.
+expect_layers(${WORK}/a.json GREATER ${WORK}/r.json converted_vs_original rel_l2)

@@ -23,17 +23,7 @@ run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --fp4-c 0.156 --no-protect --
 run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --no-protect --json ${WORK}/fitted.json)
 # Through the real decode path, layer by layer: the constant fitted with the power-of-two rounding
 # in the loop (mla-calibrate's c_rounded, ~0.19) beats UltraQuant's 0.156 (docs/benchmarks.md).
-file(READ ${WORK}/c0156.json j0)
-file(READ ${WORK}/fitted.json j1)
-string(JSON nl LENGTH "${j1}" layers)
-math(EXPR nl "${nl} - 1")
-foreach(i RANGE ${nl})
-  string(JSON e0 GET "${j0}" layers ${i} kernel_vs_f64_path rel_l2)
-  string(JSON e1 GET "${j1}" layers ${i} kernel_vs_f64_path rel_l2)
-  if(NOT e1 LESS e0)
-    message(FATAL_ERROR "layer ${i}: fitted c gives ${e1}, c = 0.156 gives ${e0}: the fitted constant is not better")
-  endif()
-endforeach()
+expect_layers(${WORK}/fitted.json LESS ${WORK}/c0156.json kernel_vs_f64_path rel_l2)
 run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --fp4-rule rceil)
 # Protected layers (calib.h5 protect_bf16) decode from a BF16 cache: identical errors; others not.
 file(READ ${WORK}/bf16.json jb)
@@ -90,15 +80,7 @@ run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --calib ${WORK}/calib.h5 --max-re
     --json ${WORK}/tp2-calib.json)
 # Without --calib the parameters recorded in the conversion are used: the same cache, the same errors.
 run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --max-rel-l2 1 --max-cos-diff 1 --json ${WORK}/tp2-recorded.json)
-file(READ ${WORK}/tp2-calib.json ja)
-file(READ ${WORK}/tp2-recorded.json jr)
-foreach(i RANGE ${last})
-  string(JSON ea GET "${ja}" layers ${i} converted_vs_original rel_l2)
-  string(JSON er GET "${jr}" layers ${i} converted_vs_original rel_l2)
-  if(NOT ea STREQUAL er)
-    message(FATAL_ERROR "layer ${i}: recorded parameters give rel_l2 ${er}, calib.h5's ${ea}")
-  endif()
-endforeach()
+expect_layers(${WORK}/tp2-recorded.json STREQUAL ${WORK}/tp2-calib.json converted_vs_original rel_l2)
 run(1 ${V} --converted ${WORK}/tp2fp4 --kv codebook)
 run(1 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --kv codebook -o ${WORK}/nocalib ${M})
 # A slice no 4-bit layout stores (tp 8: d_c / g = 16) is refused while planning, naming the width.
