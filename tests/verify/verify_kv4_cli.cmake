@@ -2,7 +2,7 @@
 # calibration (the fitted c and codebooks), a tp = 1 Hadamard conversion: both formats pass their
 # thresholds; calib.h5's protected layers are really BF16 (their errors equal the --kv bf16 run's
 # to the last digit) while the others differ; the study options (--fp4-c 0.156, --fp4-rule) run;
-# refusals exit 1 with a message: no --calib, --device cuda (no 4-bit GPU backend here), a tp = 8
+# refusals exit 1 with a message: no --calib, --calib with --kv bf16, a tp = 8
 # slice of d_c / g = 16 (not a 4-bit width). A --kv fp4 conversion needs no --calib: verify-decode
 # reads the recorded parameters and gets the same errors; --kv codebook on it is refused.
 include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
@@ -52,7 +52,7 @@ endif()
 # Refusals.
 run(1 ${V} ${T1} --kv fp4)
 run(1 ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --prefill 40 --decode 2
-    --sequences 1 --device cuda --converted ${WORK}/tp1 --kv codebook --calib ${WORK}/calib.h5)
+    --sequences 1 --device cpu --converted ${WORK}/tp1 --kv bf16 --calib ${WORK}/calib.h5)
 execute_process(COMMAND ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5
                 --prefill 40 --decode 2 --sequences 1 --device cpu --converted ${WORK}/tp8 --kv fp4 --calib ${WORK}/calib.h5
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
