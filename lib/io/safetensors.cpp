@@ -782,7 +782,7 @@ void StreamingFileWriter::Impl::write_range(size_t k, uint64_t at, std::span<con
     std::lock_guard lock(mutex);
     Piece p;
     p.n = bytes.size();
-    if (hasher && !hashing && hash_pos == off) {
+    if (hasher && !hashing && !hash_failed && hash_pos == off) {
       mine = hashing = true;
       p.bytes = bytes;
       p.own = true;
