@@ -975,6 +975,9 @@ void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& 
 
 ConvertResult convert_checkpoint(const ConvertOptions& requested) {
   const auto t0 = std::chrono::steady_clock::now();
+  struct ReleasePool {  // recycled output buffers (encode.hpp) go back to the system at the end
+    ~ReleasePool() { release_buffer_pool(); }
+  } release_pool;
   const ConvertOptions o = resolve_hadamard_seed(requested);
   check_paths(o);
   const io::Checkpoint ckpt = io::Checkpoint::open(o.input);

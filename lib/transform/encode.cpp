@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "core/error.hpp"
 #include "core/fp8_block.hpp"
@@ -121,6 +123,62 @@ void drop_pages(std::span<const std::byte> b) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 }  // namespace
+
+namespace {
+constexpr size_t kPoolMin = 4u << 20, kPoolClass = 1u << 20, kPoolCap = 512u << 20;
+struct BufferPool {
+  std::mutex mu;
+  std::multimap<size_t, void*> free;  // capacity -> buffer
+  size_t bytes = 0;
+};
+BufferPool& buffer_pool() {
+  static BufferPool* pool = new BufferPool;  // never destroyed: frees may come during exit
+  return *pool;
+}
+size_t pool_class(size_t bytes) { return (bytes + kPoolClass - 1) / kPoolClass * kPoolClass; }
+}  // namespace
+
+void* pooled_allocate(size_t bytes) {
+  if (bytes < kPoolMin) return ::operator new(bytes);
+  const size_t cap = pool_class(bytes);
+  {
+    BufferPool& pool = buffer_pool();
+    std::lock_guard lock(pool.mu);
+    if (auto it = pool.free.find(cap); it != pool.free.end()) {
+      void* p = it->second;
+      pool.free.erase(it);
+      pool.bytes -= cap;
+      return p;
+    }
+  }
+  return ::operator new(cap);
+}
+
+void pooled_deallocate(void* p, size_t bytes) noexcept {
+  if (bytes < kPoolMin) return ::operator delete(p);
+  const size_t cap = pool_class(bytes);
+  {
+    BufferPool& pool = buffer_pool();
+    std::lock_guard lock(pool.mu);
+    if (pool.bytes + cap <= kPoolCap) {
+      try {
+        pool.free.emplace(cap, p);
+        pool.bytes += cap;
+        return;
+      } catch (...) {  // no memory for the node: free the buffer instead
+      }
+    }
+  }
+  ::operator delete(p);
+}
+
+void release_buffer_pool() noexcept {
+  BufferPool& pool = buffer_pool();
+  std::lock_guard lock(pool.mu);
+  for (auto& [cap, p] : pool.free) ::operator delete(p);
+  pool.free.clear();
+  pool.bytes = 0;
+}
 
 void SourceTensor::release_pages() const {
   drop_pages(weight_.bytes);

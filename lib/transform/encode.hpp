@@ -62,10 +62,21 @@ class SourceTensor {
 // Produces rows [r0, r1) of a [rows, cols] float64 matrix into `out` (row-major).
 using RowSource = std::function<void(int64_t r0, int64_t r1, double* out)>;
 
+// Large encoded buffers are recycled: a freed buffer of >= 4 MiB (sizes rounded up to 1 MiB)
+// is kept, up to 512 MiB in all, for the next buffer of the same size, so a conversion does not
+// pay a page fault and a kernel zero fill for every 4 KiB of every output buffer.
+// release_buffer_pool() returns the kept ones to the system (at the end of a conversion).
+void* pooled_allocate(size_t bytes);
+void pooled_deallocate(void* p, size_t bytes) noexcept;
+void release_buffer_pool() noexcept;
+
 // Leaves new elements uninitialised: the encoders overwrite every byte, so std::vector's
-// zero fill on resize would be one more pass over every output byte.
+// zero fill on resize would be one more pass over every output byte (and a recycled buffer's
+// old bytes are all overwritten).
 template <class T>
 struct UninitAllocator : std::allocator<T> {
+  T* allocate(size_t n) { return static_cast<T*>(pooled_allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { pooled_deallocate(p, n * sizeof(T)); }
   template <class U>
   struct rebind {
     using other = UninitAllocator<U>;

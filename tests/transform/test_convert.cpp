@@ -22,6 +22,7 @@
 #include "model/tpla_reference.hpp"
 #include "rank_sum.hpp"
 #include "transform/convert.hpp"
+#include "transform/encode.hpp"
 #include "transform/schedule.hpp"
 #include "transform/shard_table.hpp"
 
@@ -259,6 +260,23 @@ TEST(ConvertSchedule, OutputGateWaitsForTheHashButNeverForNothing) {
   OutputGate off({60, 60, 60}, OutputGate::kOff);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(off.next(), std::optional<size_t>(i));
   EXPECT_EQ(off.next(), std::nullopt);
+}
+
+TEST(ConvertSchedule, LargeEncodedBuffersAreRecycledBySize) {
+  // A freed buffer of >= 4 MiB comes back for the next buffer of its size class (1 MiB steps),
+  // not for another class; release_buffer_pool() empties the pool; small buffers bypass it.
+  release_buffer_pool();
+  void* a = pooled_allocate(5u << 20);
+  pooled_deallocate(a, 5u << 20);
+  void* b = pooled_allocate((5u << 20) - 100);  // same 1 MiB class
+  EXPECT_EQ(a, b);
+  void* c = pooled_allocate(7u << 20);  // another class: fresh
+  EXPECT_NE(c, b);
+  pooled_deallocate(b, (5u << 20) - 100);
+  pooled_deallocate(c, 7u << 20);
+  release_buffer_pool();
+  ByteBuffer small(1000);  // through operator new
+  EXPECT_EQ(small.size(), 1000u);
 }
 
 TEST(ConvertSchedule, InOrderLagAndUnitRows) {
