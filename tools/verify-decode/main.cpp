@@ -56,8 +56,9 @@ int main(int argc, char** argv) {
                  "KV-cache format: bf16; fp8 (paged E4M3, 644 B/token at d_c = 512: FP8 kernels on cuda, their twins on "
                  "cpu; thresholds at least 0.08 rel_l2 / 3.2e-3 1-cos); fp8-rope-aware, fp8-A .. fp8-D (SnapMLA study "
                  "configurations: the cache quantised-dequantised, BF16 decode twin, cpu only); fp4 (E2M1 + UE8M0 per 32, 400 "
-                 "B/token) and codebook (16-level Lloyd-Max per layer + per-token scale, 388 B/token): append twin, "
-                 "BF16 dequantisation, BF16 decode twin (docs/formats/kv-fp4.md), parameters from --calib or from a "
+                 "B/token) and codebook (16-level Lloyd-Max per layer + per-token scale, 388 B/token): the 4-bit append "
+                 "and decode kernels on cuda; on cpu the append twin, BF16 dequantisation and the BF16 decode twin "
+                 "(docs/formats/kv-fp4.md); protected layers keep a BF16 cache; parameters from --calib or from a "
                  "--kv fp4|codebook conversion's config.json; thresholds at least "
                  "0.25 rel_l2 / 0.032 1-cos")
       ->check(CLI::IsMember(mla::verify::kv_format_names()))
