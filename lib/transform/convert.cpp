@@ -921,19 +921,13 @@ void run_units(const io::Checkpoint& ckpt, const Plan& p, const ConvertOptions& 
       const size_t i = *next;
       const Unit& u = p.units[i];
       try {
-        struct Done {
-          OutputGate& g;
-          ~Done() { g.done(); }
-        } done_with_gate{gate};
-        if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
-      } catch (const std::bad_alloc&) {
-        record_failure(i);
-        return;
-      } catch (...) {
-        record_failure(p.units.size());
-        return;
-      }
-      try {
+        {
+          struct Done {  // the gate learns the unit ended however it ended
+            OutputGate& g;
+            ~Done() { g.done(); }
+          } done_with_gate{gate};
+          if (u.kind == Unit::Kind::Simple) run_simple(ckpt, o, u, w); else run_latent(ckpt, p, o, u, w);
+        }
         std::lock_guard lock(mu);
         ++done;
         bytes_done += u.input_bytes;
