@@ -59,6 +59,23 @@ struct Bf16DecodeParams {
   int variant = 0;
 };
 
+// Sets the shape, paging and scale fields of a decode parameter block: Bf16DecodeParams, and
+// Fp8DecodeParams (quant/fp8_decode_twin.hpp), which names them alike. Pointers and the split
+// fields stay the caller's.
+template <typename Params>
+void set_decode_shape(Params& p, int batch, int s_q, int heads, int d_c, int d_r, int num_pages, int page_size,
+                      int max_pages, float scale) {
+  p.batch = batch;
+  p.s_q = s_q;
+  p.heads = heads;
+  p.d_c = d_c;
+  p.d_r = d_r;
+  p.num_pages = num_pages;
+  p.page_size = page_size;
+  p.max_pages = max_pages;
+  p.scale = scale;
+}
+
 // Tile shape used for a given number of query rows (s_q * heads): <= 16 rows take one 16-row
 // block with 32-token tiles, two CTAs per SM (the memory-bound path: in each, a producer warp
 // streams tiles with bulk copies into a 2-stage mbarrier ring; two CTAs give 8 consumer warps

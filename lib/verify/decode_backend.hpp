@@ -25,15 +25,7 @@ struct CacheShape {
 template <typename Params = quant::Bf16DecodeParams>
 Params decode_params(const CacheShape& s, int heads, int d_c, int d_r, float scale) {
   Params p;
-  p.batch = s.batch;
-  p.s_q = 1;
-  p.heads = heads;
-  p.d_c = d_c;
-  p.d_r = d_r;
-  p.num_pages = s.num_pages;
-  p.page_size = s.page_size;
-  p.max_pages = s.max_pages;
-  p.scale = scale;
+  quant::set_decode_shape(p, s.batch, 1, heads, d_c, d_r, s.num_pages, s.page_size, s.max_pages, scale);
   return p;
 }
 

@@ -50,15 +50,7 @@ struct DecodeCase {
     p.seqlens = seqlens.data();
     p.out = out.data();
     p.lse = lse.data();
-    p.batch = batch;
-    p.s_q = s_q;
-    p.heads = heads;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
-    p.max_pages = max_pages;
-    p.scale = scale;
+    quant::set_decode_shape(p, batch, s_q, heads, d_c, d_r, num_pages, page_size, max_pages, scale);
     p.num_parts = num_parts;
     return p;
   }

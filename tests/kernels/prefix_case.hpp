@@ -87,15 +87,8 @@ struct PrefixCase {
     p.seqlens = full ? full_len.data() : own_len.data();
     p.out = o_lat.data();
     p.lse = lse_lat.data();
-    p.batch = batch;
-    p.s_q = s_q;
-    p.heads = heads;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
-    p.max_pages = full ? full_max_pages : own_max_pages;
-    p.scale = scale;
+    quant::set_decode_shape(p, batch, s_q, heads, d_c, d_r, num_pages, page_size, full ? full_max_pages : own_max_pages,
+                            scale);
     return p;
   }
   // Host parameter block of the whole step (the decompressed prefix must be in k, v).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "quant/decode_twin_bf16.hpp"
 #include "quant/fp8_cache_format.hpp"
 #include "quant/fp8_decode_twin.hpp"
 
@@ -96,15 +97,7 @@ struct Fp8Case {
     p.seqlens = seqlens.data();
     p.out = out.data();
     p.lse = lse.data();
-    p.batch = batch;
-    p.s_q = s_q;
-    p.heads = heads;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
-    p.max_pages = max_pages;
-    p.scale = scale;
+    quant::set_decode_shape(p, batch, s_q, heads, d_c, d_r, num_pages, page_size, max_pages, scale);
     return p;
   }
 

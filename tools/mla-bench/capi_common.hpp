@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <exception>
 
+#include "quant/decode_twin_bf16.hpp"
+
 namespace mla::capi {
 namespace {
 
@@ -38,15 +40,7 @@ Params decode_params(const int32_t* page_table, const int32_t* seqlens, void* ou
   p.seqlens = seqlens;
   p.out = static_cast<uint16_t*>(out);
   p.lse = lse;
-  p.batch = batch;
-  p.s_q = s_q;
-  p.heads = heads;
-  p.d_c = d_c;
-  p.d_r = d_r;
-  p.num_pages = num_pages;
-  p.page_size = page_size;
-  p.max_pages = max_pages;
-  p.scale = scale;
+  quant::set_decode_shape(p, batch, s_q, heads, d_c, d_r, num_pages, page_size, max_pages, scale);
   return p;
 }
 
