@@ -38,6 +38,8 @@ def parse_args():
     ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
     ap.add_argument("--no-peer", action="store_true", help="time ours only (FlashMLA not importable)")
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--only", help="run just this shape (any suite's name, e.g. h128_sq1_l8k), for profilers")
+    ap.add_argument("--no-ceilings", action="store_true", help="skip the copy / GEMM ceilings (profiler runs)")
     return ap.parse_args()
 
 
@@ -208,7 +210,7 @@ def main():
             print(f"FlashMLA not importable ({e}): timing ours only", file=sys.stderr)
             peer_ok = False
     props = torch.cuda.get_device_properties(0)
-    ceil = ceilings(timer)
+    ceil = {"copy_gbs": float("nan"), "gemm_tflops": float("nan")} if args.no_ceilings else ceilings(timer)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
           f"{ceil['copy_gbs']:.0f} GB/s (read + write, 1 GiB), bf16 GEMM 8192^3 {ceil['gemm_tflops']:.1f} TFLOP/s",
           flush=True)
@@ -216,7 +218,12 @@ def main():
     hdr = (f"{'shape':<26} {'ours us':>9} {'floor us':>9} {'ours % floor':>12} {'FlashMLA us':>11} "
            f"{'FM % floor':>10} {'FM / ours':>9}  check")
     print(hdr)
-    for idx, (name, our_shape, peer_shape) in enumerate(suite(args.suite)):
+    shapes = suite(args.suite)
+    if args.only:
+        shapes = [s for s in suite("issue10") + suite("manyhead") if s[0] == args.only][:1]
+        if not shapes:
+            sys.exit(f"--only {args.only}: no such shape (see suite())")
+    for idx, (name, our_shape, peer_shape) in enumerate(shapes):
         try:
             results["shapes"][name] = run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok)
         except Exception as e:  # report and go on with the other shapes
