@@ -122,23 +122,16 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
   return r;
 }
-// Arrives on the mbarrier at the same shared-memory offset in cluster CTA `cta` (release at
-// cluster scope: this thread's earlier shared-memory reads and writes happen before).
+// Arrives on the mbarrier at the same shared-memory offset in cluster CTA `cta`. Default
+// semantics (release at CTA scope), as CUTLASS's cluster pipelines: what the arrival orders is
+// this CTA's reads of a stage (wgmma reads, complete at wgmma.wait) before the peer's TMA
+// overwrites it; a release at cluster scope cost a memory barrier per arrival (variant 8's
+// first run: 'membar' stalls, 1.55x slower).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
   asm volatile(
       "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta)
-      : "memory");
-}
-// Waits on a local mbarrier with acquire at cluster scope (its arrivals come from other CTAs).
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n"
-      "WAITC_%=:\n"
-      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      " @!p bra WAITC_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
       : "memory");
 }
 // A TMA box written to the same offset `dst` of every CTA in cta_mask, completing as

@@ -45,7 +45,9 @@ struct V6Cfg {
 
 // CL: CTAs per cluster along the row blocks (1, or 2: variant 8, each K tile loaded once for the
 // pair by TMA multicast; the arithmetic is the same).
-template <int DC, int CL>
+// RF: the grid's x is the row block (the row blocks of a part adjacent in launch order, as
+// FlashMLA's grid; variant 9), else the part.
+template <int DC, int CL, bool RF>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -71,10 +73,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   init_ring(bar0, S, CL);
   const uint32_t rank = CL > 1 ? cluster_ctarank() : 0;
-  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int part = RF ? blockIdx.y : blockIdx.x;
+  const int32_t* in = info + part * kPartInfoInts;
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  const int row0 = blockIdx.y * 64;
+  const int row0 = (RF ? blockIdx.x : blockIdx.y) * 64;
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -125,10 +128,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     auto release = [&](int it_) {
       __syncwarp();
       if (lane == 0) {
+        mbar_arrive(bar0 + 8 * (S + it_ % S));
         if constexpr (CL > 1) {
-          for (uint32_t c = 0; c < CL; ++c) mbar_arrive_cluster(bar0 + 8 * (S + it_ % S), c);
-        } else {
-          mbar_arrive(bar0 + 8 * (S + it_ % S));
+          for (uint32_t c = 1; c < CL; ++c) mbar_arrive_cluster(bar0 + 8 * (S + it_ % S), (rank + c) % CL);
         }
       }
     };
@@ -221,13 +223,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   if constexpr (CL > 1) cluster_sync();  // no CTA leaves while a peer may still arrive on its barriers
 }
 
-template <int DC, int CL>
+template <int DC, int CL, bool RF = false>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   static bool attr_set = false;
-  auto kernel = decode_split_v6_kernel<DC, CL>;
+  auto kernel = decode_split_v6_kernel<DC, CL, RF>;
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v6) smem limit");
-  launch_clustered(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r),
+  launch_clustered(kernel, RF ? dim3(row_blocks, p.num_parts) : dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads),
+                   V6Cfg<DC>::smem_bytes(DC + p.d_r),
                    stream, false, CL, "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p,
                    static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
@@ -237,7 +240,7 @@ template <int DC>
 bool pairs_fit(const quant::Bf16DecodeParams& p, int row_blocks) {
   static int max_clusters = -1;
   if (max_clusters < 0) {
-    auto kernel = decode_split_v6_kernel<DC, 2>;
+    auto kernel = decode_split_v6_kernel<DC, 2, false>;
     static bool attr_set = false;
     cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "mla decode split kernel (v6 pairs) smem limit");
     cudaLaunchConfig_t cfg{};
@@ -261,6 +264,8 @@ template <int DC>
 void launch_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   if (p.variant == 8 && row_blocks % 2 == 0 && pairs_fit<DC>(p, row_blocks))
     launch_for_dc<DC, 2>(p, w, row_blocks, stream);
+  else if (p.variant == 9)
+    launch_for_dc<DC, 1, true>(p, w, row_blocks, stream);
   else
     launch_for_dc<DC, 1>(p, w, row_blocks, stream);
 }

@@ -58,10 +58,7 @@ __device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMa
       const int page = slot < p.max_pages ? ptab[slot] : -1;
       const bool ok = page >= 0 && page < p.num_pages;
       if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
-      if constexpr (CL > 1)
-        mbar_wait_cluster(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
-      else
-        mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
+      mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);
       const int row = ok ? page * p.page_size + j0 % p.page_size : -BN;  // -BN: out of range, zero-filled
       mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
       const uint32_t dst = sK + stage * stage_bytes;

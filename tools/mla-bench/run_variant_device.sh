@@ -12,7 +12,7 @@ W=/tmp/variant-out
 rm -rf "$W" && mkdir -p "$W"
 bash tools/mla-bench/peer_unpack.sh > "$W/peer_build.log" 2>&1 || { echo "FlashMLA unavailable"; tail -5 "$W/peer_build.log"; }
 OUT=$W bash tools/mla-bench/run_peer.sh "${SUITE:-manyhead}" ${VARIANTS:-0 8}
-for v in ${VARIANTS:-0 8}; do
+for v in ${NCU_VARIANTS:-${VARIANTS:-0 8}}; do
   [ -n "${NCU_SHAPES:-}" ] && OUT=$W SHAPES="$NCU_SHAPES" VARIANT=$v WHO=ours bash tools/mla-bench/ncu_decode.sh
 done
 tar -C "$W" -cJf "$OUT/all.tar.xz" --exclude='*.ncu-rep' . && ls -la "$OUT/all.tar.xz"
