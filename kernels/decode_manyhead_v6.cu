@@ -9,8 +9,6 @@
 // exchange, two named barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns
 // x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
 // Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
-#include <cstdio>
-
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
@@ -43,11 +41,7 @@ struct V6Cfg {
   }
 };
 
-// CL: CTAs per cluster along the row blocks (1, or 2: variant 8, each K tile loaded once for the
-// pair by TMA multicast; the arithmetic is the same).
-// RF: the grid's x is the row block (the row blocks of a part adjacent in launch order, as
-// FlashMLA's grid; variant 9), else the part.
-template <int DC, int CL, bool RF>
+template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -71,18 +65,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  init_ring(bar0, S, CL);
-  const uint32_t rank = CL > 1 ? cluster_ctarank() : 0;
-  const int part = RF ? blockIdx.y : blockIdx.x;
-  const int32_t* in = info + part * kPartInfoInts;
+  init_ring(bar0, S);
+  const int32_t* in = info + blockIdx.x * kPartInfoInts;
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  const int row0 = (RF ? blockIdx.x : blockIdx.y) * 64;
+  const int row0 = blockIdx.y * 64;
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S, CL>(p, kv_map, in, sK, stage_bytes, nblk, bar0, rank);
-    if constexpr (CL > 1) cluster_sync();  // the peers' last releases reach this CTA's barriers
+    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
@@ -127,12 +118,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     };
     auto release = [&](int it_) {
       __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(bar0 + 8 * (S + it_ % S));
-        if constexpr (CL > 1) {
-          for (uint32_t c = 1; c < CL; ++c) mbar_arrive_cluster(bar0 + 8 * (S + it_ % S), (rank + c) % CL);
-        }
-      }
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
     for (int ti = t; ti < stop; ++ti, ++it) {
       const int stage = it % S;
@@ -220,63 +206,26 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                 sLse[lrow[h]], wg == 0 && tq == 0);
     }
   }
-  if constexpr (CL > 1) cluster_sync();  // no CTA leaves while a peer may still arrive on its barriers
 }
 
-template <int DC, int CL, bool RF = false>
+template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   static bool attr_set = false;
-  auto kernel = decode_split_v6_kernel<DC, CL, RF>;
+  auto kernel = decode_split_v6_kernel<DC>;
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v6) smem limit");
-  launch_clustered(kernel, RF ? dim3(row_blocks, p.num_parts) : dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads),
-                   V6Cfg<DC>::smem_bytes(DC + p.d_r),
-                   stream, false, CL, "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p,
-                   static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
-}
-// Whether every CTA pair of the grid can be resident at once (a cluster needs two SMs of one
-// GPC); otherwise the pairs would run in waves and the plain launch is used.
-template <int DC>
-bool pairs_fit(const quant::Bf16DecodeParams& p, int row_blocks) {
-  static int max_clusters = -1;
-  if (max_clusters < 0) {
-    auto kernel = decode_split_v6_kernel<DC, 2, false>;
-    static bool attr_set = false;
-    cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "mla decode split kernel (v6 pairs) smem limit");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(p.num_parts, row_blocks);
-    cfg.blockDim = dim3(kWgmmaThreads);
-    cfg.dynamicSmemBytes = V6Cfg<DC>::smem_bytes(DC + p.d_r);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 2;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cuda::check(cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg), "max active clusters (v6 pairs)",
-                "mla decode");
-    std::fprintf(stderr, "mla decode v6 pairs: %d clusters of 2 resident at most\n", max_clusters);
-  }
-  return max_clusters * 2 >= p.num_parts * row_blocks;
-}
-template <int DC>
-void launch_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  if (p.variant == 8 && row_blocks % 2 == 0 && pairs_fit<DC>(p, row_blocks))
-    launch_for_dc<DC, 2>(p, w, row_blocks, stream);
-  else if (p.variant == 9)
-    launch_for_dc<DC, 1, true>(p, w, row_blocks, stream);
-  else
-    launch_for_dc<DC, 1>(p, w, row_blocks, stream);
+  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
+         "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
 
 }  // namespace
 
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   switch (p.d_c) {
-    case 128: launch_dc<128>(p, w, row_blocks, stream); break;
-    case 256: launch_dc<256>(p, w, row_blocks, stream); break;
-    case 512: launch_dc<512>(p, w, row_blocks, stream); break;
+    case 128: launch_for_dc<128>(p, w, row_blocks, stream); break;
+    case 256: launch_for_dc<256>(p, w, row_blocks, stream); break;
+    case 512: launch_for_dc<512>(p, w, row_blocks, stream); break;
     default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c) + " on the v6 path");
   }
 }

@@ -53,10 +53,7 @@ struct Bf16DecodeParams {
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;
   // GPU only, for timing comparisons: 0 = the default path for the shape (decode_tile_config_for);
-  // 7 = the mma.sync 64-row path for any shape of > 16 rows (32-token tiles; the twin follows);
-  // 8 = (experimental) the v6 path with pairs of row blocks in 2-CTA clusters that load each K
-  // tile once for both (TMA multicast); 9 = (experimental) v6 with the grid transposed (the row
-  // blocks of a part adjacent in launch order); same arithmetic as 0.
+  // 7 = the mma.sync 64-row path for any shape of > 16 rows (32-token tiles; the twin follows).
   // Other values are rejected (decode_variant_supported). Every variant uses the twin's rounding
   // points with the tile of decode_tile_config_for.
   int variant = 0;
@@ -97,10 +94,8 @@ MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
 }
 
 // Variants mla_decode_bf16 accepts (Bf16DecodeParams::variant), and their list for messages.
-MLA_HD inline bool decode_variant_supported(int variant) { return variant == 0 || variant == 7 || variant == 8 || variant == 9; }
-constexpr const char* kDecodeVariantsHelp =
-    "0 = default, 7 = mma.sync 64-row path, 8 = v6 with its row blocks paired in 2-CTA clusters, 9 = v6 with the "
-    "row blocks of a part adjacent in launch order (8 and 9 experimental)";
+MLA_HD inline bool decode_variant_supported(int variant) { return variant == 0 || variant == 7; }
+constexpr const char* kDecodeVariantsHelp = "0 = default, 7 = mma.sync 64-row path";
 
 // Whether the GPU runs p on a wgmma path (kernels/decode_manyhead_v6.cu, and v7 within it), whose
 // tiles are 64 tokens: more than 16 rows, d_c >= 128, d_c + d_r <= 576 (the shared-memory
