@@ -6,6 +6,7 @@
 //   decode_mma64.cu        > 16 rows, shapes the wgmma paths do not cover (and variant 7)
 //   decode_manyhead_v6.cu  > 16 rows, wgmma, 64-row blocks, warpgroups split the d_c columns
 //   decode_manyhead_v7.cu  > 64 rows at d_c <= 256 (TPLA slices), wgmma, 128-row blocks
+//   decode_manyhead_seesaw.cu  variant 8 at d_c = 512, d_r = 64: tile pairs, FlashMLA's seesaw
 //   decode_combine.cu      LSE merge of a request's splits
 // mla_decode.cu checks the parameters, picks the path and launches them in order; the FP8 and
 // 4-bit decodes (fp8_decode.cu, kv4_decode.cu) reuse the workspace, scheduler and combine.
@@ -61,6 +62,8 @@ void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int t
 void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
+void launch_manyhead_seesaw(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks,
+                            cudaStream_t stream);
 void launch_manyhead_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 
