@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call for a new many-head kernel variant: build, its GPU tests first under a short
+# timeout (a hang costs 90 s, not the call), then the peer suite beside FlashMLA for variant 0
+# and the new one, and an Nsight Compute profile of the new one; outputs packed in one archive.
+# Usage (GPU machine, repo root, .peer carried): OUT=dir V=8 [SUITE=manyhead] [FULL=1]
+#   bash tools/mla-bench/run_seesaw_device.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/mla-out}
+V=${V:-8}
+W=/tmp/seesaw-out
+rm -rf "$W" && mkdir -p "$W"
+(bash tools/mla-bench/peer_unpack.sh > "$W/peer_build.log" 2>&1; echo "peer rc=$?" >> "$W/peer_build.log") &
+peer=$!
+pack() { tar -C "$W" -cJf "$OUT/all.tar.xz" --exclude='*.ncu-rep' . ; }
+cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$W/build.log" 2>&1 &&
+  cmake --build /tmp/b -j16 --target mla_decode_capi test_kernels_decode_gpu >> "$W/build.log" 2>&1 ||
+  { tail -30 "$W/build.log"; pack; exit 1; }
+echo "build done $(date +%T)"
+timeout 90 /tmp/b/tests/kernels/test_kernels_decode_gpu --gtest_filter="*Variant$V*:*BadPage*" > "$W/test_v$V.log" 2>&1
+rc=$?
+echo "variant $V tests rc=$rc"
+grep -E "^\[  (     OK|FAILED) |Failure|vs twin|wrong|Expected|Which is|actual" "$W/test_v$V.log" | cut -c1-220 | head -50
+if [ $rc -ne 0 ]; then pack; exit 1; fi
+if [ "${FULL:-0}" = 1 ]; then
+  timeout 200 /tmp/b/tests/kernels/test_kernels_decode_gpu > "$W/test_all.log" 2>&1
+  echo "all decode GPU tests rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$W/test_all.log"
+fi
+wait $peer; tail -1 "$W/peer_build.log"
+export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+for v in 0 $V; do
+  timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
+    --suite "${SUITE:-manyhead}" --variant $v --json "$W/peer_v$v.json" > "$W/peer_v$v.log" 2>&1
+  echo "=== variant $v (rc=$?)"; grep -vE "^shape" "$W/peer_v$v.log" | cut -c1-112
+done
+OUT=$W SHAPES="${NCU_SHAPES:-h128_sq1_l8k}" VARIANT=$V WHO=ours bash tools/mla-bench/ncu_decode.sh 2>&1 | grep -E "stall|Duration|Throughput|Hit Rate|Issue|Registers" | head -20
+pack; ls -la "$OUT/all.tar.xz"
