@@ -4,7 +4,7 @@
 # peer_unpack.sh built .peer/flashmla). Speed-of-light, compute (pipe utilisation), memory
 # (L2 / shared / DRAM) and warp-state sections of one launch of each, so the limiter of a shape
 # can be compared with the peer's on the same data.
-# Usage: OUT=dir SHAPES="h128_sq1_l8k tpla_tp2_h128_dc256_l32k" [VARIANT=8] [WHO="flashmla ours"] \
+# Usage: OUT=dir SHAPES="h128_sq1_l8k tpla_tp2_h128_dc256_l32k" [VARIANT=8] [WHO="flashmla ours"] [SASS=1] \
 #          bash tools/mla-bench/ncu_decode.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
@@ -17,16 +17,19 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH}
 for shape in $SHAPES; do
   for who in $WHO; do
-    if [ $who = flashmla ]; then re='flash_fwd_splitkv_mla'; else re='decode_split_v'; fi
+    if [ $who = flashmla ]; then re='flash_fwd_splitkv_mla'; else re='decode_split_'; fi
     tag=ncu_${shape}_$who; [ $who = ours ] && tag=${tag}_v$VARIANT
     timeout 240 "$NCU" --kernel-name "regex:$re" --launch-skip 1 --launch-count 1 \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+      ${SASS:+--section SourceCounters} \
       --export "$OUT/$tag" \
       python3 tools/mla-bench/peer_flashmla.py --lib "$LIB" --only "$shape" --runs 1 --warmup 1 --no-ceilings --variant "$VARIANT" \
       > "$OUT/${tag}_run.log" 2>&1
     echo "ncu $shape $who rc=$?"
     "$NCU" --import "$OUT/$tag.ncu-rep" --page details > "$OUT/${tag}.txt" 2>&1
+    # with SASS=1: per-instruction stall samples (where the warps wait)
+    [ -n "${SASS:-}" ] && "$NCU" --import "$OUT/$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/${tag}_sass.csv" 2>&1
     # the warp stall breakdown (cycles per issued instruction by reason), largest first
     "$NCU" --import "$OUT/$tag.ncu-rep" --page raw --csv 2>/dev/null | python3 -c '
 import csv, sys

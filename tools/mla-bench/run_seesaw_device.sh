@@ -2,7 +2,8 @@
 # One device call for a new many-head kernel variant: build, its GPU tests first under a short
 # timeout (a hang costs 90 s, not the call), then the peer suite beside FlashMLA for variant 0
 # and the new one, and an Nsight Compute profile of the new one; outputs packed in one archive.
-# Usage (GPU machine, repo root, .peer carried): OUT=dir V=8 [SUITE=manyhead] [FULL=1]
+# Usage (GPU machine, repo root, .peer carried): OUT=dir V=8 [SUITE=manyhead] [FULL=1] [PEER=0]
+#   [NCU_VARIANTS="0 8"] [NCU_WHO="flashmla ours"] [SASS=1]
 #   bash tools/mla-bench/run_seesaw_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
@@ -27,10 +28,18 @@ if [ "${FULL:-0}" = 1 ]; then
 fi
 wait $peer; tail -1 "$W/peer_build.log"
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-for v in 0 $V; do
+for v in $([ "${PEER:-1}" = 1 ] && echo 0 $V); do
   timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
     --suite "${SUITE:-manyhead}" --variant $v --json "$W/peer_v$v.json" > "$W/peer_v$v.log" 2>&1
   echo "=== variant $v (rc=$?)"; grep -vE "^shape" "$W/peer_v$v.log" | cut -c1-112
 done
-OUT=$W SHAPES="${NCU_SHAPES:-h128_sq1_l8k}" VARIANT=$V WHO=ours bash tools/mla-bench/ncu_decode.sh 2>&1 | grep -E "stall|Duration|Throughput|Hit Rate|Issue|Registers" | head -20
+for v in ${NCU_VARIANTS:-$V}; do
+  OUT=$W SHAPES="${NCU_SHAPES:-h128_sq1_l8k}" VARIANT=$v WHO="${NCU_WHO:-ours}" bash tools/mla-bench/ncu_decode.sh 2>&1 |
+    grep -E "^ncu|stall|Duration|Throughput|Hit Rate|Issue|Registers" | head -40
+done
+# the new kernel's SASS (spills, barrier and wgmma placement)
+CUOBJ=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+"$CUOBJ" -sass /tmp/b/tools/mla-bench/libmla_decode_capi.so 2>/dev/null |
+  awk '/Function : .*seesaw/{on=1} /Function : /{if ($0 !~ /seesaw/) on=0} on' > "$W/seesaw.sass"
+echo "seesaw SASS: $(wc -l < "$W/seesaw.sass") lines, $(grep -c 'LDL\|STL' "$W/seesaw.sass") local loads/stores"
 pack; ls -la "$OUT/all.tar.xz"
