@@ -53,6 +53,21 @@ enum : int {
   kBarEpilogue = 8  // all 256: both halves' row sums in shared memory
 };
 
+// wgmma shared-memory descriptors (128-byte swizzle, stride 1024 between 8-row groups) as a
+// runtime low word plus constants: lo_k = (base >> 4) | (1 << 16) is the K-major descriptor's
+// low word at the 1 KB-aligned base; a region, block or k-step at byte offset `off` adds off >> 4
+// (no carry: shared memory is < 256 KB), and the MN-major form (P.V's V, leading offset one
+// 8 KB block) replaces the leading-offset field 1 by 512. Everything but lo_k folds at compile
+// time, so the descriptors cost an add each instead of a mask-shift-or chain and a register pair.
+constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+constexpr uint32_t kDescMn = (512u - 1u) << 16;
+__device__ __forceinline__ uint64_t kdesc(uint32_t lo_k, uint32_t off) {
+  return (static_cast<uint64_t>(kDescHi) << 32) | (lo_k + (off >> 4));
+}
+__device__ __forceinline__ uint64_t mndesc(uint32_t lo_k, uint32_t off) {
+  return (static_cast<uint64_t>(kDescHi) << 32) | (lo_k + (off >> 4) + kDescMn);
+}
+
 // One thread: loads blocks [KB0, KB1) of tile ti of request b into buffer buf, each block
 // completing on its own mbarrier (armed here). A bad page id loads from before the tensor's
 // start (zero-filled by the copy engine) and is flagged, as the other wgmma paths do.
@@ -74,22 +89,23 @@ __device__ __forceinline__ int tile_row(const quant::Bf16DecodeParams& p, int b,
   if (!ok && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
   return ok ? page * p.page_size + j0 % p.page_size : -kTile;
 }
-// S (+)= Q K^T over blocks [KB0, KB1) of the tile in buf, each block after its mbarrier; block 8
-// from the rope fragment q8 (registers). ZERO: the first k-step overwrites the accumulators.
+// S (+)= Q K^T over blocks [KB0, KB1) of the tile buffer at byte offset koff, each block after
+// its mbarrier; Q's blocks 0..7 from shared memory, block 8 from the rope fragment q8
+// (registers). ZERO: the first k-step overwrites the accumulators.
 template <int KB0, int KB1, bool ZERO>
-__device__ __forceinline__ void issue_s_blocks(float (&sv)[32], uint32_t sq, uint32_t buf, uint32_t bars,
+__device__ __forceinline__ void issue_s_blocks(float (&sv)[32], uint32_t lo_k, uint32_t koff, uint32_t bars,
                                                uint32_t phase, const uint32_t (&q8)[4][4]) {
 #pragma unroll
   for (int kb = KB0; kb < KB1; ++kb) {
     mbar_wait(bars + 8 * kb, phase);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint64_t dk = gmma_desc(buf + kb * kBlockBytes + kk * 32, 16, 1024);
+      const uint32_t off = kb * kBlockBytes + kk * 32;
       const int acc = (ZERO && kb == KB0 && kk == 0) ? 0 : 1;
       if (kb < 8)
-        gmma::wgmma_ss_n64(sv, gmma_desc(sq + kb * kBlockBytes + kk * 32, 16, 1024), dk, acc);
+        gmma::wgmma_ss_n64(sv, kdesc(lo_k, kOffQ + off), kdesc(lo_k, koff + off), acc);
       else
-        gmma::wgmma_rs_n64_kmajor(sv, q8[kk], dk, acc);
+        gmma::wgmma_rs_n64_kmajor(sv, q8[kk], kdesc(lo_k, koff + off), acc);
     }
   }
 }
@@ -126,13 +142,21 @@ __device__ __forceinline__ void softmax_rows(float (&sv)[32], int j0, const int 
                                              float* sM, const int (&lrow)[2], float (&scale)[2], float (&lsum)[2]) {
   const float neg_inf = -__int_as_float(0x7f800000);
   float tmax[2] = {neg_inf, neg_inf};
+  if (j0 + kTile <= min(lim[0], lim[1])) {  // no key of the tile is masked for either row
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int h = (i >> 1) & 1;
-    const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-    const float x = (j < lim[h]) ? sv[i] * scale_log2 : neg_inf;
-    sv[i] = x;
-    tmax[h] = fmaxf(tmax[h], x);
+    for (int i = 0; i < 32; ++i) {
+      sv[i] *= scale_log2;
+      tmax[(i >> 1) & 1] = fmaxf(tmax[(i >> 1) & 1], sv[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1;
+      const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+      const float x = (j < lim[h]) ? sv[i] * scale_log2 : neg_inf;
+      sv[i] = x;
+      tmax[h] = fmaxf(tmax[h], x);
+    }
   }
   float m_use[2], m_new[2];
 #pragma unroll
@@ -175,18 +199,18 @@ __device__ __forceinline__ void fence_frag(uint32_t (&pa)[4][4]) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
 }
-// O (this warpgroup's 256 columns) += P V over one tile: V = blocks 4 vh .. 4 vh + 3 of buf
-// (MN-major), P from registers (RS) or from shared memory at sp (SS).
-__device__ __forceinline__ void issue_pv_regs(float (&acc)[128], const uint32_t (&pa)[4][4], uint32_t buf, int vh) {
+// O (this warpgroup's 256 columns) += P V over one tile: V = blocks 4 vh .. 4 vh + 3 of the
+// buffer at byte offset koff (MN-major; a k-step of 16 tokens is 2 KB), P from registers (RS) or
+// from the 64 x 64 tile at byte offset poff (SS).
+__device__ __forceinline__ void issue_pv_regs(float (&acc)[128], const uint32_t (&pa)[4][4], uint32_t lo_k,
+                                              uint32_t koff, int vh) {
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks)
-    gmma::wgmma_rs_n256(acc, pa[ks], gmma_desc(buf + vh * 4 * kBlockBytes + ks * 2048, kBlockBytes, 1024));
+  for (int ks = 0; ks < 4; ++ks) gmma::wgmma_rs_n256(acc, pa[ks], mndesc(lo_k, koff + vh * 4 * kBlockBytes + ks * 2048));
 }
-__device__ __forceinline__ void issue_pv_smem(float (&acc)[128], uint32_t sp, uint32_t buf, int vh) {
+__device__ __forceinline__ void issue_pv_smem(float (&acc)[128], uint32_t lo_k, uint32_t poff, uint32_t koff, int vh) {
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks)
-    gmma::wgmma_ss_n256_tb(acc, gmma_desc(sp + ks * 32, 16, 1024),
-                           gmma_desc(buf + vh * 4 * kBlockBytes + ks * 2048, kBlockBytes, 1024));
+    gmma::wgmma_ss_n256_tb(acc, kdesc(lo_k, poff + ks * 32), mndesc(lo_k, koff + vh * 4 * kBlockBytes + ks * 2048));
 }
 // Zeroes rows >= valid of blocks [kb0, kb0 + 4) of a buffer (pages past L may hold NaN, which
 // must not reach P.V), by this warpgroup; visible to wgmma once the warpgroup barrier passes.
@@ -214,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* sScale1 = sM + 128;
   float* sL = sM + 192;  // [2][64]
   const uint32_t bars0 = base + kOffBars, bars1 = bars0 + 8 * kBlocks;
+  const uint32_t lo_k = ((base & 0x3FFFFu) >> 4) | (1u << 16);  // see kdesc
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2 * kBlocks; ++i) mbar_init(bars0 + 8 * i, 1);
@@ -289,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) {
       // ---- warpgroup 0: O_L, the pairs' first tiles (buffer 0) ----
       gmma::fence();
-      issue_s_blocks<0, kBlocks, true>(sv, sQ, sK0, bars0, phase0, q8);
+      issue_s_blocks<0, kBlocks, true>(sv, lo_k, kOffK0, bars0, phase0, q8);
       gmma::commit();
       gmma::wait<0>();
       fence_acc(sv);
@@ -315,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_acc(acc);
         fence_frag(pa);
         gmma::fence();
-        issue_pv_regs(acc, pa, sK0, 0);  // O_L += P0 V0_L
+        issue_pv_regs(acc, pa, lo_k, kOffK0, 0);  // O_L += P0 V0_L
         gmma::commit();
         gmma::wait<0>();
         fence_acc(acc);
@@ -336,16 +361,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           l_run[1] *= scale1[1];
           fence_acc(acc);
           gmma::fence();
-          issue_pv_smem(acc, sP1, sK1, 0);  // O_L = O_L scale1 + P1 V1_L
+          issue_pv_smem(acc, lo_k, kOffP1, kOffK1, 0);  // O_L = O_L scale1 + P1 V1_L
           gmma::commit();
         }
         if (next0) {  // S of the next pair's first tile: blocks 0..3 (freed first), then 4..8
           gmma::fence();
-          issue_s_blocks<0, 4, true>(sv, sQ, sK0, bars0, phase0, q8);
+          issue_s_blocks<0, 4, true>(sv, lo_k, kOffK0, bars0, phase0, q8);
           gmma::commit();
           gmma::wait<1>();  // O_L += P1 V1_L is done: V1_L's blocks are free
           if (loader && next1) load_blocks<0, 4>(p, kv_map, row_n1, sK1, bars1);
-          issue_s_blocks<4, kBlocks, false>(sv, sQ, sK0, bars0, phase0, q8);
+          issue_s_blocks<4, kBlocks, false>(sv, lo_k, kOffK0, bars0, phase0, q8);
           gmma::commit();
           phase0 ^= 1;
         }
@@ -357,8 +382,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // ---- warpgroup 1: O_R, the pairs' second tiles (buffer 1) ----
       if (t + 1 < stop) {
         gmma::fence();
-        issue_s_blocks<4, kBlocks, true>(sv, sQ, sK1, bars1, phase1, q8);
-        issue_s_blocks<0, 4, false>(sv, sQ, sK1, bars1, phase1, q8);
+        issue_s_blocks<4, kBlocks, true>(sv, lo_k, kOffK1, bars1, phase1, q8);
+        issue_s_blocks<0, 4, false>(sv, lo_k, kOffK1, bars1, phase1, q8);
         gmma::commit();
         gmma::wait<0>();
         fence_acc(sv);
@@ -391,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           fence_acc(acc);
           fence_frag(pa);
           gmma::fence();
-          issue_pv_regs(acc, pa, sK1, 1);  // O_R += P1 V1_R
+          issue_pv_regs(acc, pa, lo_k, kOffK1, 1);  // O_R += P1 V1_R
           gmma::commit();
         }
         named_bar_sync(kBarP0, kThreads);  // P0' is in shared memory
@@ -399,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (valid0 < kTile) zero_tail(sK0, 4, valid0, tid, 1);
         fence_acc(acc);
         gmma::fence();
-        issue_pv_smem(acc, sP0, sK0, 1);  // O_R += P0' V0_R
+        issue_pv_smem(acc, lo_k, kOffP0, kOffK0, 1);  // O_R += P0' V0_R
         gmma::commit();
         if (has1) named_bar_arrive(kBarP1, kThreads);
         if (next1) {
@@ -412,8 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (loader && next0) load_blocks<4, kBlocks>(p, kv_map, row_n0, sK0, bars0);
         if (next1) {  // S of the next pair's second tile: blocks 4..8 (freed first), then 0..3
           gmma::fence();
-          issue_s_blocks<4, kBlocks, true>(sv, sQ, sK1, bars1, phase1, q8);
-          issue_s_blocks<0, 4, false>(sv, sQ, sK1, bars1, phase1, q8);
+          issue_s_blocks<4, kBlocks, true>(sv, lo_k, kOffK1, bars1, phase1, q8);
+          issue_s_blocks<0, 4, false>(sv, lo_k, kOffK1, bars1, phase1, q8);
           gmma::commit();
           gmma::wait<0>();
           phase1 ^= 1;
