@@ -15,6 +15,8 @@
 // registers (an RS wgmma), which frees its shared memory for P1.
 // Rounding points: as the twin's pair mode (quant/decode_twin_bf16.cpp): O_R's first tile of a
 // pair uses bf16(P0 * scale1); a lone last tile is an ordinary tile.
+#include <cstdlib>
+
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
@@ -71,13 +73,22 @@ __device__ __forceinline__ uint64_t mndesc(uint32_t lo_k, uint32_t off) {
 // One thread: loads blocks [KB0, KB1) of tile ti of request b into buffer buf, each block
 // completing on its own mbarrier (armed here). A bad page id loads from before the tensor's
 // start (zero-filled by the copy engine) and is flagged, as the other wgmma paths do.
-template <int KB0, int KB1>
+template <int KB0, int KB1, bool EF = false>
 __device__ __forceinline__ void load_blocks(const quant::Bf16DecodeParams& p, const CUtensorMap* map, int row,
                                             uint32_t buf, uint32_t bars) {
+  uint64_t policy = 0;
+  if constexpr (EF) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
 #pragma unroll
   for (int kb = KB0; kb < KB1; ++kb) {
     mbar_arrive_expect_tx(bars + 8 * kb, kBlockBytes);
-    tma_load_2d(buf + kb * kBlockBytes, map, kb * 64, row, bars + 8 * kb);
+    if constexpr (EF)
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+          " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(buf + kb * kBlockBytes),
+          "l"(reinterpret_cast<uint64_t>(map)), "r"(kb * 64), "r"(row), "r"(bars + 8 * kb), "l"(policy)
+          : "memory");
+    else
+      tma_load_2d(buf + kb * kBlockBytes, map, kb * 64, row, bars + 8 * kb);
   }
 }
 // The cache row of tile ti's first token (-kTile for a bad page id: zero-filled, flagged).
@@ -223,6 +234,9 @@ __device__ __forceinline__ void zero_tail(uint32_t buf, int kb0, int valid, int 
   named_bar_sync(kBarZero + wg, 128);
 }
 
+// RF: the grid's x is the row block (the row blocks of a part adjacent in launch order, as
+// FlashMLA's grid); EF: the tile loads carry an L2 evict-first hint (as FlashMLA's).
+template <bool RF, bool EF>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_split_seesaw_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                                const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -253,10 +267,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool loader = tid == 0;  // this warpgroup's TMA thread
   if (loader) asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(kv_map) : "memory");
 
-  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int32_t* in = info + (RF ? blockIdx.y : blockIdx.x) * kPartInfoInts;
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  const int row0 = blockIdx.y * 64;
+  const int row0 = (RF ? blockIdx.x : blockIdx.y) * 64;
   const float scale_log2 = p.scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
   int lrow[2], lim_off[2];
@@ -276,8 +290,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     named_bar_sync(kBarSegment, kThreads);  // the previous segment is done with every buffer
     if (t >= stop) continue;  // an empty request (L = 0) writes nothing here, as the twin
     if (threadIdx.x == 0) {
-      load_blocks<0, kBlocks>(p, kv_map, tile_row(p, b, t), sK0, bars0);
-      if (t + 1 < stop) load_blocks<0, kBlocks>(p, kv_map, tile_row(p, b, t + 1), sK1, bars1);
+      load_blocks<0, kBlocks, EF>(p, kv_map, tile_row(p, b, t), sK0, bars0);
+      if (t + 1 < stop) load_blocks<0, kBlocks, EF>(p, kv_map, tile_row(p, b, t + 1), sK1, bars1);
     }
     // Q blocks 0..7 into shared memory (both warpgroups), the rope block as A fragments.
     {
@@ -346,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_acc(acc);
         fence_frag(pa);
         named_bar_sync(kBarScale1, kThreads);  // m1 and scale1 are in shared memory
-        if (loader && next0) load_blocks<0, 4>(p, kv_map, row_n0, sK0, bars0);  // V0_L's blocks are free
+        if (loader && next0) load_blocks<0, 4, EF>(p, kv_map, row_n0, sK0, bars0);  // V0_L's blocks are free
         const float scale1[2] = {sScale1[lrow[0]], sScale1[lrow[1]]};
         pack_p(sv, pa, scale1);  // P0' = P0 scale1
         store_p(sP0, pa, lrow, tq);
@@ -369,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           issue_s_blocks<0, 4, true>(sv, lo_k, kOffK0, bars0, phase0, q8);
           gmma::commit();
           gmma::wait<1>();  // O_L += P1 V1_L is done: V1_L's blocks are free
-          if (loader && next1) load_blocks<0, 4>(p, kv_map, row_n1, sK1, bars1);
+          if (loader && next1) load_blocks<0, 4, EF>(p, kv_map, row_n1, sK1, bars1);
           issue_s_blocks<4, kBlocks, false>(sv, lo_k, kOffK0, bars0, phase0, q8);
           gmma::commit();
           phase0 ^= 1;
@@ -429,12 +443,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (has1) named_bar_arrive(kBarP1, kThreads);
         if (next1) {
           gmma::wait<1>();  // O_R += P1 V1_R is done: V1_R's blocks (and the rope block) are free
-          if (loader) load_blocks<4, kBlocks>(p, kv_map, row_n1, sK1, bars1);
+          if (loader) load_blocks<4, kBlocks, EF>(p, kv_map, row_n1, sK1, bars1);
         }
         gmma::wait<0>();  // O_R += P0' V0_R is done
         fence_acc(acc);
         fence_frag(pa);
-        if (loader && next0) load_blocks<4, kBlocks>(p, kv_map, row_n0, sK0, bars0);
+        if (loader && next0) load_blocks<4, kBlocks, EF>(p, kv_map, row_n0, sK0, bars0);
         if (next1) {  // S of the next pair's second tile: blocks 4..8 (freed first), then 0..3
           gmma::fence();
           issue_s_blocks<4, kBlocks, true>(sv, lo_k, kOffK1, bars1, phase1, q8);
@@ -469,6 +483,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+template <bool RF, bool EF>
+void launch_seesaw(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
+  static bool attr_set = false;
+  auto kernel = decode_split_seesaw_kernel<RF, EF>;
+  cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "mla decode split kernel (seesaw path) smem limit");
+  launch(kernel, RF ? dim3(row_blocks, p.num_parts) : dim3(p.num_parts, row_blocks), dim3(kThreads), kSmemBytes,
+         stream, false, "split kernel (seesaw) launch", static_cast<const CUtensorMap*>(w.map), p,
+         static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+}
+
 }  // namespace
 
 void launch_manyhead_seesaw(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks,
@@ -476,12 +500,14 @@ void launch_manyhead_seesaw(const quant::Bf16DecodeParams& p, const Workspace& w
   if (p.d_c != 512 || p.d_r != 64)
     throw InputError("mla decode params: the seesaw path takes d_c = 512, d_r = 64 (got d_c = " +
                      std::to_string(p.d_c) + ", d_r = " + std::to_string(p.d_r) + ")");
-  static bool attr_set = false;
-  cuda::set_smem_limit_once(decode_split_seesaw_kernel, kMaxSmemPerBlock, attr_set,
-                            "mla decode split kernel (seesaw path) smem limit");
-  launch(decode_split_seesaw_kernel, dim3(p.num_parts, row_blocks), dim3(kThreads), kSmemBytes, stream, false,
-         "split kernel (seesaw) launch", static_cast<const CUtensorMap*>(w.map), p,
-         static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+  // EXPERIMENT (removed before merging): MLA_SEESAW_EXP bit 0 = grid rows-first, bit 1 = evict-first
+  static const int exp = [] { const char* e = std::getenv("MLA_SEESAW_EXP"); return e ? std::atoi(e) : 0; }();
+  switch (exp & 3) {
+    case 0: launch_seesaw<false, false>(p, w, row_blocks, stream); break;
+    case 1: launch_seesaw<true, false>(p, w, row_blocks, stream); break;
+    case 2: launch_seesaw<false, true>(p, w, row_blocks, stream); break;
+    default: launch_seesaw<true, true>(p, w, row_blocks, stream); break;
+  }
 }
 
 }  // namespace mla::kernels::detail

@@ -28,10 +28,12 @@ if [ "${FULL:-0}" = 1 ]; then
 fi
 wait $peer; tail -1 "$W/peer_build.log"
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-for v in $([ "${PEER:-1}" = 1 ] && echo 0 $V); do
-  timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
-    --suite "${SUITE:-manyhead}" --variant $v --json "$W/peer_v$v.json" > "$W/peer_v$v.log" 2>&1
-  echo "=== variant $v (rc=$?)"; grep -vE "^shape" "$W/peer_v$v.log" | cut -c1-112
+# runs: "variant" or "variant:MLA_SEESAW_EXP" (an experiment knob of the seesaw launcher)
+for run in $([ "${PEER:-1}" = 1 ] && echo ${RUNS:-0 $V}); do
+  v=${run%%:*}; e=${run#*:}; [ "$e" = "$run" ] && e=0
+  MLA_SEESAW_EXP=$e timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
+    --suite "${SUITE:-manyhead}" --variant $v --json "$W/peer_v${v}_e$e.json" > "$W/peer_v${v}_e$e.log" 2>&1
+  echo "=== variant $v exp $e (rc=$?)"; grep -vE "^shape|^device" "$W/peer_v${v}_e$e.log" | cut -c1-104
 done
 for v in ${NCU_VARIANTS:-$V}; do
   OUT=$W SHAPES="${NCU_SHAPES:-h128_sq1_l8k}" VARIANT=$v WHO="${NCU_WHO:-ours}" bash tools/mla-bench/ncu_decode.sh 2>&1 |
