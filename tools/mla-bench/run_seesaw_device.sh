@@ -29,11 +29,13 @@ fi
 wait $peer; tail -1 "$W/peer_build.log"
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # runs: "variant" or "variant:MLA_SEESAW_EXP" (an experiment knob of the seesaw launcher)
+n=0
 for run in $([ "${PEER:-1}" = 1 ] && echo ${RUNS:-0 $V}); do
-  v=${run%%:*}; e=${run#*:}; [ "$e" = "$run" ] && e=0
+  v=${run%%:*}; e=${run#*:}; [ "$e" = "$run" ] && e=0; n=$((n + 1))
+  f="$W/peer_${n}_v${v}_e$e"
   MLA_SEESAW_EXP=$e timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
-    --suite "${SUITE:-manyhead}" --variant $v --json "$W/peer_v${v}_e$e.json" > "$W/peer_v${v}_e$e.log" 2>&1
-  echo "=== variant $v exp $e (rc=$?)"; grep -vE "^shape|^device" "$W/peer_v${v}_e$e.log" | cut -c1-104
+    --suite "${SUITE:-manyhead}" --variant $v --json "$f.json" > "$f.log" 2>&1
+  echo "=== run $n: variant $v exp $e (rc=$?)"; grep -vE "^shape|^device" "$f.log" | cut -c1-92
 done
 for v in ${NCU_VARIANTS:-$V}; do
   OUT=$W SHAPES="${NCU_SHAPES:-h128_sq1_l8k}" VARIANT=$v WHO="${NCU_WHO:-ours}" bash tools/mla-bench/ncu_decode.sh 2>&1 |
