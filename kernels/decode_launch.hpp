@@ -6,7 +6,6 @@
 //   decode_mma64.cu        > 16 rows, shapes the wgmma paths do not cover (and variant 7)
 //   decode_manyhead_v6.cu  > 16 rows, wgmma, 64-row blocks, warpgroups split the d_c columns
 //   decode_manyhead_v7.cu  > 64 rows at d_c <= 256 (TPLA slices), wgmma, 128-row blocks
-//   decode_manyhead_seesaw.cu  variant 8 at d_c = 512, d_r = 64: tile pairs, FlashMLA's seesaw
 //   decode_combine.cu      LSE merge of a request's splits
 // mla_decode.cu checks the parameters, picks the path and launches them in order; the FP8 and
 // 4-bit decodes (fp8_decode.cu, kv4_decode.cu) reuse the workspace, scheduler and combine.
@@ -39,6 +38,15 @@ void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStre
   cuda::check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what, "mla decode");
 }
 
+// The split kernels' grid: x = the row blocks of a part, y = the parts, so the row blocks that
+// read the same K tiles are adjacent in launch order, start together on neighbouring SMs and
+// stream the tiles in step (the second block's reads merge with the first's in L2). With the
+// parts along x (the earlier order) they landed anywhere and drifted apart: on an H100 the v6
+// path at H = 128, 8K measured 577-586 us rows-first against 588-669 us, varying by process,
+// the other way (docs/gpu-notes.md, third session). Kernels read blockIdx.x as the row block
+// and blockIdx.y as the part.
+inline dim3 split_grid(int parts, int row_blocks) { return dim3(row_blocks, parts); }
+
 // The workspace, carved as quant::decode_workspace_bytes counts it.
 struct Workspace {
   CUtensorMap* map;  // the wgmma paths' TMA descriptor (quant::kDecodeMapBytes at the start)
@@ -62,8 +70,6 @@ void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int t
 void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
-void launch_manyhead_seesaw(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks,
-                            cudaStream_t stream);
 void launch_manyhead_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 

@@ -9,8 +9,6 @@
 // exchange, two named barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns
 // x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
 // Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
-#include <cstdlib>
-
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
@@ -43,7 +41,7 @@ struct V6Cfg {
   }
 };
 
-template <int DC, bool RF>
+template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -68,10 +66,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   init_ring(bar0, S);
-  const int32_t* in = info + (RF ? blockIdx.y : blockIdx.x) * kPartInfoInts;
+  const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid (row blocks, parts)
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  const int row0 = (RF ? blockIdx.x : blockIdx.y) * 64;
+  const int row0 = blockIdx.x * 64;
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -210,26 +208,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
 }
 
-template <int DC, bool RF>
-void launch_for_dc_rf(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  static bool attr_set = false;
-  auto kernel = decode_split_v6_kernel<DC, RF>;
-  cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
-                            "mla decode split kernel (many-head path v6) smem limit");
-  launch(kernel, RF ? dim3(row_blocks, p.num_parts) : dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads),
-         V6Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
-         "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
-         static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
-}
-
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  // EXPERIMENT (removed before merging): MLA_SEESAW_EXP bit 2 = grid rows-first
-  static const int exp = [] { const char* e = std::getenv("MLA_SEESAW_EXP"); return e ? std::atoi(e) : 0; }();
-  if (exp & 4)
-    launch_for_dc_rf<DC, true>(p, w, row_blocks, stream);
-  else
-    launch_for_dc_rf<DC, false>(p, w, row_blocks, stream);
+  static bool attr_set = false;
+  auto kernel = decode_split_v6_kernel<DC>;
+  cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
+                            "mla decode split kernel (many-head path v6) smem limit");
+  launch(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream,
+         false, "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p,
+         static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
 
 }  // namespace

@@ -51,10 +51,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   init_ring(bar0, S);
-  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  const int row0 = blockIdx.y * 128;
+  const int row0 = blockIdx.x * 128;
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads (as v6) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -171,7 +171,7 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
   auto kernel = decode_split_v7_kernel<DC>;
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v7) smem limit");
-  launch(kernel, dim3(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
+  launch(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
          "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
   const int rg = warp % RG, wc = warp / RG;
   const int g = lane / 4, tq = lane % 4;
   const int rows = p.s_q * p.heads;
-  const int row0 = blockIdx.y * C::kRows;
+  const int row0 = blockIdx.x * C::kRows;  // grid: split_grid
   const int chunks_per_row = dim / 8;
   const float scale_log2 = p.scale * kLog2e;
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>::k
     lim_off[h] = p.s_q - 1 - tok;
   }
 
-  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int32_t* in = info + blockIdx.y * kPartInfoInts;
   int b = in[0], t = in[1], split = in[4];
   const int end_b = in[2], end_t = in[3];
   while (b < end_b || (b == end_b && t < end_t)) {
@@ -295,7 +295,7 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
   static bool attr_set = false;  // the largest supported d_r (128) sets the ceiling once
   cuda::set_smem_limit_once(kernel, C::smem_bytes(DC + 128), attr_set,
                             "mla decode split kernel (mma.sync 64-row path) smem limit");
-  launch(kernel, dim3(p.num_parts, row_blocks), dim3(C::kThreads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
+  launch(kernel, split_grid(p.num_parts, row_blocks), dim3(C::kThreads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),
          "split kernel (mma.sync 64-row path) launch", p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }

@@ -115,10 +115,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: detail::split_grid
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  const int row0 = blockIdx.y * 64;
+  const int row0 = blockIdx.x * 64;
 
   if (warp >= 8) {  // ---- producer: one thread issues the bulk copies ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -347,7 +347,7 @@ void launch_split(const quant::Fp8DecodeParams& p, const quant::Bf16DecodeParams
   static bool smem_set = false;
   const size_t smem = Cfg<DC, DR>::smem();
   cuda::set_smem_limit_once(fp8_split_kernel<DC, DR>, smem, smem_set, "fp8 decode split kernel smem limit");
-  const dim3 grid(parts, quant::fp8_decode_row_blocks(p));
+  const dim3 grid = detail::split_grid(parts, quant::fp8_decode_row_blocks(p));
   fp8_split_kernel<DC, DR><<<grid, kThreads, smem, stream>>>(p, po, w.info, w.offsets, w.o_acc, w.lse_acc);
   cuda::check(cudaGetLastError(), "fp8 decode split launch", "mla decode");
 }

@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kKv4Threads, 1)
   __syncthreads();
   griddep_wait();
 
-  const int32_t* in = info + blockIdx.x * kPartInfoInts;
+  const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid
   const unsigned char* cache = reinterpret_cast<const unsigned char*>(p.kv_cache);
   const size_t page_bytes = static_cast<size_t>(p.page_size) * (rows.code + rows.scale + rows.rope);
 
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kKv4Threads, 1)
     return;
   }
 
-  membound_consume<DC, S>(p, in, offsets, o_acc, lse_acc, bar0, sPart, sK, warp, lane, 16 * blockIdx.y);
+  membound_consume<DC, S>(p, in, offsets, o_acc, lse_acc, bar0, sPart, sK, warp, lane, 16 * blockIdx.x);
 }
 
 // Blocks of 16 query rows (grid.y): each CTA runs the whole ring for its block, so more rows
@@ -269,7 +269,7 @@ void launch_kv4(const Kv4DecodeParams& kp, const quant::Bf16DecodeParams& p, con
   auto kernel = kv4_split_kernel<DC, CODEBOOK>;
   static bool attr_set = false;  // validate_kv4 refused shapes needing more
   cuda::set_smem_limit_once(kernel, kKv4MaxSmem, attr_set, "4-bit decode split kernel smem limit");
-  launch(kernel, dim3(p.num_parts, kv4_row_blocks(p)), dim3(kKv4Threads), C::smem_bytes(p.d_r), stream, false,
+  launch(kernel, split_grid(p.num_parts, kv4_row_blocks(p)), dim3(kKv4Threads), C::smem_bytes(p.d_r), stream, false,
          "split kernel (4-bit cache) launch", p, kp, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }

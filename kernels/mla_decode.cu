@@ -51,8 +51,6 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   detail::launch_schedule(p, w, cfg.tile_tokens, wgmma, cfg.tile_tokens, stream);
   if (cfg.rows_per_block == 16)
     detail::launch_membound(p, w, stream);
-  else if (quant::decode_uses_seesaw(p))
-    detail::launch_manyhead_seesaw(p, w, cfg.row_blocks, stream);
   else if (quant::decode_uses_v7(p))
     detail::launch_manyhead_v7(p, w, cfg.row_blocks, stream);
   else if (wgmma)

@@ -28,45 +28,23 @@ struct SplitResult {
   std::vector<float> lse;  // [rows]
 };
 
-// One tile's softmax for one row: the keys' rows (null past L), P in fp32 and as rounded to bf16
-// for P.V, the factor for what was accumulated before, and the tile's sum of P.
-struct TileP {
-  std::vector<const uint16_t*> krow;
-  std::vector<float> pf, pb;
-  float scale = 1.f, sum = 0.f;
-};
-
-// sum over the tile's keys of pb[j] * K[j][c] (pb: P as rounded for P.V).
-float pv_dot(const TileP& t, const std::vector<float>& pb, int c) {
-  float a = 0.f;
-  for (size_t jj = 0; jj < pb.size(); ++jj)
-    if (t.krow[jj] != nullptr && pb[jj] != 0.f) a += pb[jj] * bf16_to_float(t.krow[jj][c]);
-  return a;
-}
-
 SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile_end, int tile) {
   const int rows = p.s_q * p.heads;
   const int dim = p.d_c + p.d_r;
   const int L = p.seqlens[b];
   const float scale_log2 = p.scale * kLog2e;
-  const bool pairs = decode_uses_seesaw(p);
   SplitResult r{std::vector<float>(static_cast<size_t>(rows) * p.d_c, 0.f),
                 std::vector<float>(rows, kNegInf)};
-  std::vector<float> q(dim), x2(tile), p0_scaled(tile);
-  TileP t0, t1;
-  for (TileP* t : {&t0, &t1}) {
-    t->krow.resize(tile);
-    t->pf.resize(tile);
-    t->pb.resize(tile);
-  }
+  std::vector<float> q(dim), x2(tile), pb(tile);
+  std::vector<const uint16_t*> krow(tile);
   for (int row = 0; row < rows; ++row) {
-    const int tok = row / p.heads;
-    const int limit = L - (p.s_q - 1 - tok);  // causal rule for s_q = 2
+    const int t = row / p.heads;
+    const int limit = L - (p.s_q - 1 - t);  // causal rule for s_q = 2
     const uint16_t* qsrc = p.q + (static_cast<size_t>(b) * rows + row) * dim;
     for (int i = 0; i < dim; ++i) q[i] = bf16_to_float(qsrc[i]);
     float m = kNegInf, l = 0.f;
-    // Tile ti's softmax against the running max m (updated), into t.
-    auto softmax_tile = [&](int ti, TileP& t) {
+    float* acc = r.o.data() + static_cast<size_t>(row) * p.d_c;
+    for (int ti = tile_begin; ti < tile_end; ++ti) {
       const int j0 = ti * tile;
       // The kernel loads a tile only from its page; tokens >= L are zero-filled, never read.
       const uint16_t* page_base = nullptr;
@@ -82,54 +60,33 @@ SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile
       float tmax = kNegInf;
       for (int jj = 0; jj < tile; ++jj) {
         const int j = j0 + jj;
-        t.krow[jj] = (j < L) ? page_base + static_cast<size_t>(jj) * dim : nullptr;
+        krow[jj] = (j < L) ? page_base + static_cast<size_t>(jj) * dim : nullptr;
         if (j >= limit) {
           x2[jj] = kNegInf;
           continue;
         }
         float s = 0.f;
-        for (int i = 0; i < dim; ++i) s += q[i] * bf16_to_float(t.krow[jj][i]);
+        for (int i = 0; i < dim; ++i) s += q[i] * bf16_to_float(krow[jj][i]);
         x2[jj] = s * scale_log2;
         tmax = std::max(tmax, x2[jj]);
       }
       const float m_new = std::max(m, tmax);
       const float m_use = (m_new == kNegInf) ? 0.f : m_new;  // all masked so far: avoid inf - inf
-      t.scale = exp2f(m - m_use);
-      t.sum = 0.f;
+      const float alpha = exp2f(m - m_use);
+      float tile_sum = 0.f;
       for (int jj = 0; jj < tile; ++jj) {
-        t.pf[jj] = exp2f(x2[jj] - m_use);
-        t.sum += t.pf[jj];
-        t.pb[jj] = bf16_to_float(float_to_bf16(t.pf[jj]));  // P is rounded to bf16 before P.V
+        const float pv = exp2f(x2[jj] - m_use);
+        tile_sum += pv;
+        pb[jj] = bf16_to_float(float_to_bf16(pv));  // P is rounded to bf16 before P.V
       }
-      l = l * t.scale + t.sum;
+      l = l * alpha + tile_sum;
+      for (int c = 0; c < p.d_c; ++c) {
+        float a = 0.f;
+        for (int jj = 0; jj < tile; ++jj)
+          if (krow[jj] != nullptr && pb[jj] != 0.f) a += pb[jj] * bf16_to_float(krow[jj][c]);
+        acc[c] = acc[c] * alpha + a;
+      }
       m = m_new;
-    };
-    float* acc = r.o.data() + static_cast<size_t>(row) * p.d_c;
-    for (int ti = tile_begin; ti < tile_end;) {
-      if (!pairs || ti + 1 == tile_end) {  // one tile: O = O * alpha + bf16(P) V
-        softmax_tile(ti, t0);
-        for (int c = 0; c < p.d_c; ++c) acc[c] = acc[c] * t0.scale + pv_dot(t0, t0.pb, c);
-        ti += 1;
-        continue;
-      }
-      // A pair (the seesaw kernel): the first half of the columns as two single tiles; the
-      // second half scaled once by both factors, then P1 V1 and bf16(P0 * scale1) V0.
-      softmax_tile(ti, t0);
-      softmax_tile(ti + 1, t1);
-      const int half = p.d_c / 2;
-      for (int c = 0; c < half; ++c) {
-        acc[c] = acc[c] * t0.scale + pv_dot(t0, t0.pb, c);
-        acc[c] = acc[c] * t1.scale + pv_dot(t1, t1.pb, c);
-      }
-      for (int jj = 0; jj < tile; ++jj) p0_scaled[jj] = bf16_to_float(float_to_bf16(t0.pf[jj] * t1.scale));
-      const float both = t1.scale * t0.scale;
-      for (int c = half; c < p.d_c; ++c) {
-        float a = acc[c] * both;
-        a += pv_dot(t1, t1.pb, c);
-        a += pv_dot(t0, p0_scaled, c);
-        acc[c] = a;
-      }
-      ti += 2;
     }
     const float inv = l > 0.f ? 1.f / l : 0.f;
     for (int c = 0; c < p.d_c; ++c) acc[c] *= inv;

@@ -53,8 +53,7 @@ struct Bf16DecodeParams {
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;
   // GPU only, for timing comparisons: 0 = the default path for the shape (decode_tile_config_for);
-  // 7 = the mma.sync 64-row path for any shape of > 16 rows (32-token tiles; the twin follows);
-  // 8 = (experimental) the seesaw path where it applies (decode_uses_seesaw), else as 0.
+  // 7 = the mma.sync 64-row path for any shape of > 16 rows (32-token tiles; the twin follows).
   // Other values are rejected (decode_variant_supported). Every variant uses the twin's rounding
   // points with the tile of decode_tile_config_for.
   int variant = 0;
@@ -95,8 +94,8 @@ MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
 }
 
 // Variants mla_decode_bf16 accepts (Bf16DecodeParams::variant), and their list for messages.
-MLA_HD inline bool decode_variant_supported(int variant) { return variant == 0 || variant == 7 || variant == 8; }
-constexpr const char* kDecodeVariantsHelp = "0 = default, 7 = mma.sync 64-row path, 8 = seesaw path (experimental)";
+MLA_HD inline bool decode_variant_supported(int variant) { return variant == 0 || variant == 7; }
+constexpr const char* kDecodeVariantsHelp = "0 = default, 7 = mma.sync 64-row path";
 
 // Whether the GPU runs p on a wgmma path (kernels/decode_manyhead_v6.cu, and v7 within it), whose
 // tiles are 64 tokens: more than 16 rows, d_c >= 128, d_c + d_r <= 576 (the shared-memory
@@ -108,13 +107,6 @@ MLA_HD inline bool decode_uses_v6(const Bf16DecodeParams& p) {
 // two warpgroups each own 64 rows and the whole d_c (one K tile feeds 128 rows).
 MLA_HD inline bool decode_uses_v7(const Bf16DecodeParams& p) {
   return decode_uses_v6(p) && p.d_c <= 256 && p.d_c + p.d_r <= 320 && p.s_q * p.heads > 64;  // 320: smem
-}
-// Within the v6 path: d_c = 512 with d_r = 64 (DeepSeek's 576-wide rows) on variant 8 runs the
-// seesaw kernel (kernels/decode_manyhead_seesaw.cu): tiles in pairs, the second half of the d_c
-// columns takes the pair's first P rescaled by the second tile's factor before its bf16
-// rounding (decode_twin_bf16's pair mode).
-MLA_HD inline bool decode_uses_seesaw(const Bf16DecodeParams& p) {
-  return p.variant == 8 && decode_uses_v6(p) && !decode_uses_v7(p) && p.d_c == 512 && p.d_r == 64;
 }
 // The tile configuration the GPU and the twin use for p: decode_tile_config, with 64-token tiles
 // on the v6 path and 128-row blocks on v7.

@@ -166,10 +166,6 @@ TEST(DecodeGpu, WgmmaManyHeadPathDefaultV6) {
   REQUIRE_GPU();
   wgmma_cases(0);
 }
-TEST(DecodeGpu, ManyHeadCasesOnTheSeesawPathVariant8) {
-  REQUIRE_GPU();
-  wgmma_cases(8);  // the d_c = 512, d_r = 64 cases run the seesaw kernel, the others as variant 0
-}
 TEST(DecodeGpu, ManyHeadCasesOnTheMmaSyncPathVariant7) {
   REQUIRE_GPU();
   wgmma_cases(7);
@@ -179,7 +175,7 @@ TEST(DecodeGpu, WgmmaBadPageIdIsFlagged) {
   // v6 (d_c 512), v7 (d_c 256) and the mma.sync path. The bad page's tile reads as zero keys
   // (the wgmma paths' producer loads it as a zero-filled out-of-range box): the output stays finite.
   for (int d_c : {512, 256})
-    for (int variant : {0, 7, 8}) {
+    for (int variant : {0, 7}) {
       DecodeCase c = make_decode_case({200, 300}, 1, 128, d_c, 64, 64, 137);
       c.page_table[2] = kSentinelPage;
       DeviceCase d(c, 4);

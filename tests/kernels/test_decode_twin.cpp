@@ -159,30 +159,6 @@ TEST(DecodeTwin, SplitCountChangesOnlyRounding) {
   EXPECT_GT(m.rel_l2, 0.0) << "40 splits and 1 split should round differently somewhere";
 }
 
-// Variant 8's seesaw kernel pairs tiles; its twin (pair mode) rounds the second half of the
-// columns differently (P0 rescaled by the second tile's factor before bf16): within the twin
-// tolerance of the single-tile twin, close to float64, and not identical to it. Odd tile counts
-// (the lone last tile), a length-1 request, MTP's causal row and splits are covered.
-TEST(DecodeTwin, SeesawPairsChangeOnlyRounding) {
-  for (int s_q : {1, 2}) {
-    DecodeCase a = make_decode_case({1, 64, 65, 129, 300, 1000}, s_q, 32, 512, 64, 64, 9);
-    DecodeCase b = a;
-    quant::Bf16DecodeParams pa = a.host_params(5), pb = b.host_params(5);
-    pb.variant = 8;
-    ASSERT_TRUE(quant::decode_uses_seesaw(pb));
-    ASSERT_FALSE(quant::decode_uses_seesaw(pa));
-    quant::decode_twin_bf16(pa);
-    quant::decode_twin_bf16(pb);
-    const Reference ref = reference_decode(b);
-    const auto vs_ref = model::compare(bf16_to_f64(b.out), ref.out);
-    EXPECT_LT(vs_ref.rel_l2, kRelL2Tol) << "s_q " << s_q << ": " << vs_ref.summary();
-    EXPECT_LT(lse_max_abs_diff(b.lse, ref.lse), kLseAbsTol) << "s_q " << s_q;
-    const auto vs_single = model::compare(bf16_to_f64(b.out), bf16_to_f64(a.out));
-    EXPECT_LT(vs_single.rel_l2, kTwinRelL2Tol) << "s_q " << s_q << ": " << vs_single.summary();
-    EXPECT_GT(vs_single.rel_l2, 0.0) << "s_q " << s_q << ": pairs should round differently somewhere";
-  }
-}
-
 TEST(DecodeTwin, RejectsBadParamsNamingTheField) {
   DecodeCase c = make_decode_case({10}, 1, 4, 64, 32, 64, 9);
   auto p = c.host_params(2);

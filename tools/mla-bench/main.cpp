@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   app.add_option("--seqlen", o.seqlen, "Cache length L per request")->check(CLI::Range(1, 1 << 24));
   app.add_option("--page", o.page, "Page size (64 or 128)");
   app.add_option("--sq", o.s_q, "Query tokens per request (1, or 2 for MTP)");
-  app.add_option("--variant", o.variant, "Kernel variant: 0 = the default path for the shape (<= 16 rows: the memory-bound mma.sync + bulk-copy path; more rows: the wgmma paths, v7 for > 64 rows at d_c <= 256, else v6; the mma.sync 64-row path where neither fits), 7 = the mma.sync 64-row path on any > 16-row shape, 8 = (experimental) the seesaw kernel at d_c = 512, d_r = 64")->check(CLI::IsMember({0, 7, 8}));
+  app.add_option("--variant", o.variant, "Kernel variant: 0 = the default path for the shape (<= 16 rows: the memory-bound mma.sync + bulk-copy path; more rows: the wgmma paths, v7 for > 64 rows at d_c <= 256, else v6; the mma.sync 64-row path where neither fits), 7 = the mma.sync 64-row path on any > 16-row shape")->check(CLI::IsMember({0, 7}));
   app.add_flag("--sequential-pages", o.sequential_pages, "Pages in pool order (diagnostic) instead of a random permutation");
   app.add_flag("--varied", o.varied, "Lengths uniform in [L/2, 3L/2] instead of all L");
   app.add_option("--runs", o.runs, "Timed runs (median reported)")->check(CLI::Range(3, 100000));

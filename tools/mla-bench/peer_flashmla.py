@@ -32,7 +32,7 @@ import torch
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_decode_capi.so")
-    ap.add_argument("--suite", default="issue10", choices=["issue10", "quick", "manyhead", "seesaw"], help="which shapes")
+    ap.add_argument("--suite", default="issue10", choices=["issue10", "quick", "manyhead", "dc512"], help="which shapes")
     ap.add_argument("--runs", type=int, default=30, help="timed calls per implementation and shape (median)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
@@ -174,7 +174,7 @@ def suite(name):
     if name == "quick":
         return [("h128_sq1_l8k", (B, 128, 1, 512, 8192), (B, 128, 1, 512, 8192)),
                 ("tpla_tp2_h128_dc256_l32k", (B, 128, 1, 256, 32768), (B, 64, 1, 512, 32768))]
-    if name == "seesaw":  # the d_c = 512 many-head shapes (v6 and the seesaw kernel)
+    if name == "dc512":  # the d_c = 512 many-head shapes (the v6 path)
         return [(n, (B, H, sq, 512, L), (B, H, sq, 512, L)) for n, H, sq, L in
                 (("h128_sq1_l8k", 128, 1, 8192), ("h128_sq2_l8k", 128, 2, 8192), ("h64_sq2_l8k", 64, 2, 8192),
                  ("h128_sq1_l32k", 128, 1, 32768), ("h64_sq1_l8k", 64, 1, 8192))]

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# One device call for a new many-head kernel variant: build, its GPU tests first under a short
-# timeout (a hang costs 90 s, not the call), then the peer suite beside FlashMLA for variant 0
-# and the new one, and an Nsight Compute profile of the new one; outputs packed in one archive.
-# Usage (GPU machine, repo root, .peer carried): OUT=dir V=8 [SUITE=manyhead] [FULL=1] [PEER=0]
-#   [NCU_VARIANTS="0 8"] [NCU_WHO="flashmla ours"] [SASS=1]
-#   bash tools/mla-bench/run_seesaw_device.sh
+# One device call for an A/B of decode kernel variants beside FlashMLA: build, the GPU tests of
+# variant $V first under a short timeout (a hang costs 90 s, not the call), then the peer suite
+# for each run in $RUNS ("variant" or "variant:knob", the knob exported as MLA_DECODE_EXP for
+# launchers that read one during an experiment), Nsight Compute profiles (ncu_decode.sh) and the
+# SASS of the split kernels matching $KERNEL; every output packed in $OUT/all.tar.xz.
+# Usage (GPU machine, repo root, .peer carried): OUT=dir [V=0] [SUITE=manyhead] [RUNS="0 8:1"]
+#   [FULL=1] [PEER=0] [NCU_VARIANTS="0 8"] [NCU_WHO="flashmla ours"] [SASS=1] [KERNEL=v6]
+#   bash tools/mla-bench/run_ab_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
-V=${V:-8}
-W=/tmp/seesaw-out
+V=${V:-0}
+W=/tmp/ab-out
 rm -rf "$W" && mkdir -p "$W"
 (bash tools/mla-bench/peer_unpack.sh > "$W/peer_build.log" 2>&1; echo "peer rc=$?" >> "$W/peer_build.log") &
 peer=$!
@@ -28,12 +30,12 @@ if [ "${FULL:-0}" = 1 ]; then
 fi
 wait $peer; tail -1 "$W/peer_build.log"
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# runs: "variant" or "variant:MLA_SEESAW_EXP" (an experiment knob of the seesaw launcher)
+# runs: "variant" or "variant:knob" (MLA_DECODE_EXP, read by a launcher during an experiment)
 n=0
 for run in $([ "${PEER:-1}" = 1 ] && echo ${RUNS:-0 $V}); do
   v=${run%%:*}; e=${run#*:}; [ "$e" = "$run" ] && e=0; n=$((n + 1))
   f="$W/peer_${n}_v${v}_e$e"
-  MLA_SEESAW_EXP=$e timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
+  MLA_DECODE_EXP=$e timeout 200 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
     --suite "${SUITE:-manyhead}" --variant $v --json "$f.json" > "$f.log" 2>&1
   echo "=== run $n: variant $v exp $e (rc=$?)"; grep -vE "^shape|^device" "$f.log" | cut -c1-92
 done
@@ -41,9 +43,10 @@ for v in ${NCU_VARIANTS:-$V}; do
   OUT=$W SHAPES="${NCU_SHAPES:-h128_sq1_l8k}" VARIANT=$v WHO="${NCU_WHO:-ours}" bash tools/mla-bench/ncu_decode.sh 2>&1 |
     grep -E "^ncu|stall|Duration|Throughput|Hit Rate|Issue|Registers" | head -40
 done
-# the new kernel's SASS (spills, barrier and wgmma placement)
+# the SASS of the split kernels named by $KERNEL (spills, barrier and wgmma placement)
+K=${KERNEL:-decode_split_v6}
 CUOBJ=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 "$CUOBJ" -sass /tmp/b/tools/mla-bench/libmla_decode_capi.so 2>/dev/null |
-  awk '/Function : .*seesaw/{on=1} /Function : /{if ($0 !~ /seesaw/) on=0} on' > "$W/seesaw.sass"
-echo "seesaw SASS: $(wc -l < "$W/seesaw.sass") lines, $(grep -c 'LDL\|STL' "$W/seesaw.sass") local loads/stores"
+  awk -v k="$K" '/Function : /{on = index($0, k) > 0} on' > "$W/kernel.sass"
+echo "$K SASS: $(wc -l < "$W/kernel.sass") lines, $(grep -c 'LDL\|STL' "$W/kernel.sass") local loads/stores"
 pack; ls -la "$OUT/all.tar.xz"
