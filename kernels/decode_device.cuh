@@ -110,6 +110,12 @@ __device__ __forceinline__ uint64_t gmma_desc(uint32_t saddr, uint32_t lbo, uint
   d |= static_cast<uint64_t>(1) << 62;
   return d;
 }
+// The descriptor of the same layout `byte_off` bytes further on: the start-address field is the
+// low 14 bits of (address >> 4) and shared memory is < 256 KB, so the add never carries out of
+// it. Building each k-step's descriptor this way (one add of a constant) instead of with
+// gmma_desc (mask, shift, or, then a move to uniform registers per operand) was most of the
+// extra instructions ncu counted in a wgmma kernel of ours against FlashMLA's (gpu-notes.md).
+__device__ __forceinline__ uint64_t gmma_desc_at(uint64_t desc, uint32_t byte_off) { return desc + (byte_off >> 4); }
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),

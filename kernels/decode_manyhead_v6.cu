@@ -168,10 +168,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
       gmma::fence();
+      const uint64_t dp0 = gmma_desc(sP, 16, 1024), dv0 = gmma_desc(tile + wg * (DC / 128) * 8192, 8192, 1024);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t da = gmma_desc(sP + ks * 32, 16, 1024);
-        const uint64_t dv = gmma_desc(tile + wg * (DC / 128) * 8192 + ks * 2048, 8192, 1024);
+        const uint64_t da = gmma_desc_at(dp0, ks * 32);
+        const uint64_t dv = gmma_desc_at(dv0, ks * 2048);
         if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
         else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
         else gmma::wgmma_ss_n64_tb(acc, da, dv);

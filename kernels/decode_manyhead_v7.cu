@@ -130,10 +130,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+      const uint64_t dv0 = gmma_desc(tile, 8192, 1024);
       gmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t dv = gmma_desc(tile + ks * 2048, 8192, 1024);
+        const uint64_t dv = gmma_desc_at(dv0, ks * 2048);
         if constexpr (DC == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
         else gmma::wgmma_rs_n128(acc, pa[ks], dv);
       }

@@ -12,11 +12,11 @@ namespace mla::kernels::detail {
 // The first k-step overwrites the accumulators (no zeroing instructions, which would make ptxas
 // serialise the wgmma pipeline while another group of this warpgroup is in flight).
 __device__ __forceinline__ void issue_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
+  const uint64_t dq = gmma_desc(sq, 16, 1024), dk = gmma_desc(tile, 16, 1024);
   gmma::fence();
   for (int kk = 0; kk < nk; ++kk) {
-    const uint32_t kb = kk * 32;  // byte column: block kb / 128, 32-byte step within it
-    gmma::wgmma_ss_n64(sv, gmma_desc(sq + (kb >> 7) * 8192 + (kb & 127), 16, 1024),
-                       gmma_desc(tile + (kb >> 7) * 8192 + (kb & 127), 16, 1024), kk > 0 ? 1 : 0);
+    const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;  // block kk / 4, 32-byte step within it
+    gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off), kk > 0 ? 1 : 0);
   }
   gmma::commit();
 }
@@ -36,13 +36,21 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
                                              float scale_log2, float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
   const float neg_inf = -__int_as_float(0x7f800000);
   float tmax[2] = {neg_inf, neg_inf};
+  if (j0 + 2 * NV <= L - max(lim_off[0], lim_off[1])) {  // no key of the tile is masked for either row
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    const int h = (i >> 1) & 1;
-    const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
-    const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
-    sv[i] = x;
-    tmax[h] = fmaxf(tmax[h], x);
+    for (int i = 0; i < NV; ++i) {
+      sv[i] *= scale_log2;
+      tmax[(i >> 1) & 1] = fmaxf(tmax[(i >> 1) & 1], sv[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int h = (i >> 1) & 1;
+      const int j = j0 + (i >> 2) * 8 + 2 * tq + (i & 1);
+      const float x = (j < L - lim_off[h]) ? sv[i] * scale_log2 : neg_inf;
+      sv[i] = x;
+      tmax[h] = fmaxf(tmax[h], x);
+    }
   }
   float m_use[2];
 #pragma unroll
