@@ -165,17 +165,19 @@ __global__ void __launch_bounds__(kNThreads, 1)
           sv[i] = 0.f;
           gmma::fence_operand(sv[i]);
         }
+        // descriptors: one base each, k-steps by constant adds (detail::gmma_desc_at)
+        const uint64_t dt = desc_sw(st, 1024, 1), dq = desc_sw(sQ8, 1024, 1);
+        const uint64_t dtr = desc_sw(st + 64 * DC, C::kRSbo, C::kRMode), dqr = desc_sw(sQR, C::kRSbo, C::kRMode);
         gmma::fence();
 #pragma unroll
         for (int kk = 0; kk < DC / 32; ++kk) {
           const uint32_t kb = kk * 32;
-          ss_e4m3_narrow<N>(sv, desc_sw(st + (kb >> 7) * 8192 + (kb & 127), 1024, 1),
-                            desc_sw(sQ8 + (kb >> 7) * (N * 128) + (kb & 127), 1024, 1));
+          ss_e4m3_narrow<N>(sv, detail::gmma_desc_at(dt, (kb >> 7) * 8192 + (kb & 127)),
+                            detail::gmma_desc_at(dq, (kb >> 7) * (N * 128) + (kb & 127)));
         }
 #pragma unroll
         for (int kk = 0; kk < DR / 16; ++kk)
-          ss_bf16_narrow<N>(sv, desc_sw(st + 64 * DC + kk * 32, C::kRSbo, C::kRMode),
-                            desc_sw(sQR + kk * 32, C::kRSbo, C::kRMode));
+          ss_bf16_narrow<N>(sv, detail::gmma_desc_at(dtr, kk * 32), detail::gmma_desc_at(dqr, kk * 32));
         gmma::commit();
         gmma::wait<0>();
 #pragma unroll
