@@ -13,7 +13,7 @@ cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > 
   { tail -30 /tmp/peers_build.log; exit 1; }
 wait $peer; tail -1 /tmp/peer_build.log
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem --format=csv,noheader
-export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 L=/tmp/b/tools/mla-bench
 for s in ${SUITES:-bf16 fp8 kv4}; do
   case $s in
