@@ -120,16 +120,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
-    // Warpgroup 0: the segment's first S here; each later one is issued behind the previous
-    // tile's P.V at the end of the loop body (S(i) computed, P(i), then P(i).V queued with
-    // S(i+1) right behind it on the tensor cores).
-    if (wg == 0 && t < stop) compute_s64(sv, sQ, wait_tile(it, t), nk);
     for (int ti = t; ti < stop; ++ti, ++it) {
       const int stage = it % S;
       const uint32_t tile = sK + stage * stage_bytes;
       float alpha[2] = {1.f, 1.f};
       if (wg == 0) {
         const int j0 = ti * kTileTokens;
+        gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+        if (pending >= 0) release(pending);
+        pending = -1;
+        compute_s64(sv, sQ, wait_tile(it, ti), nk);
         softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll
@@ -177,23 +179,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       }
       gmma::commit();
       pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
-      if (wg == 0) {
-        if (ti + 1 < stop) {
-          // S of the next tile queued right behind this P.V (no tensor-core gap between them);
-          // groups complete in order, so wait<1> means this P.V is done and its stage can go.
-          issue_s64(sv, sQ, wait_tile(it + 1, ti + 1), nk);
-          gmma::wait<1>();
-        } else {
-          gmma::wait<0>();
-        }
-#pragma unroll
-        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-        release(it);
-        pending = -1;
-        gmma::wait<0>();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-      }
     }
     // ---- epilogue ----
     gmma::wait<0>();

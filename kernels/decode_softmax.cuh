@@ -9,16 +9,14 @@ namespace mla::kernels::detail {
 // S = Q K^T for one 64-token tile, issued as one commit group (not waited for): 64 query rows at
 // sq, the tile's 64 keys at tile (both 128-byte-swizzled K-major blocks of 8 KB), nk k-steps of
 // 16, wgmma m64n64k16. sv is in flight until the caller's wgmma.wait covers this group.
-// The first k-step overwrites the accumulators, write-only (no zeroing instructions and no read
-// of their old values, either of which would make ptxas serialise the wgmma pipeline while
-// another group of this warpgroup is in flight).
+// The first k-step overwrites the accumulators (no zeroing instructions, which would make ptxas
+// serialise the wgmma pipeline while another group of this warpgroup is in flight).
 __device__ __forceinline__ void issue_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
   const uint64_t dq = gmma_desc(sq, 16, 1024), dk = gmma_desc(tile, 16, 1024);
   gmma::fence();
-  gmma::wgmma_ss_n64_first(sv, dq, dk);
-  for (int kk = 1; kk < nk; ++kk) {
+  for (int kk = 0; kk < nk; ++kk) {
     const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;  // block kk / 4, 32-byte step within it
-    gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off));
+    gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off), kk > 0 ? 1 : 0);
   }
   gmma::commit();
 }
