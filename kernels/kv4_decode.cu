@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kKv4Threads, 1)
   membound_consume<DC, S>(p, in, offsets, o_acc, lse_acc, bar0, sPart, sK, warp, lane, 16 * blockIdx.x);
 }
 
-// Blocks of 16 query rows (grid.y): each CTA runs the whole ring for its block, so more rows
+// Blocks of 16 query rows (grid.x; the parts along y: split_grid): each CTA runs the whole ring for its block, so more rows
 // read and dequantise the cache once per block (functional for any head count, fast only for
 // <= 16 rows). One CTA per SM in all: the parts share the SMs among the row blocks.
 inline int kv4_row_blocks(const quant::Bf16DecodeParams& p) { return (p.s_q * p.heads + 15) / 16; }

@@ -165,7 +165,8 @@ void validate_fp8_decode_params(const Fp8DecodeParams& p) {
   if (p.num_pages < 1) bad(field("num_pages", p.num_pages) + " (must be >= 1)");
   if (p.max_pages < 1) bad(field("max_pages", p.max_pages) + " (must be >= 1)");
   if (!(std::isfinite(p.scale) && p.scale > 0.f)) bad("scale = " + std::to_string(p.scale) + " (must be finite, > 0)");
-  if (p.num_parts < 0) bad(field("num_parts", p.num_parts) + " (must be >= 0)");
+  // the GPU grid holds the parts in its y dimension (at most 65535)
+  if (p.num_parts < 0 || p.num_parts > 65535) bad(field("num_parts", p.num_parts) + " (must be in 0..65535)");
 }
 
 void fp8_decode_twin(const Fp8DecodeParams& p) {

@@ -178,6 +178,13 @@ TEST(DecodeTwin, RejectsBadParamsNamingTheField) {
   p = c.host_params(2);
   p.scale = std::nanf("");
   EXPECT_THROW(quant::decode_twin_bf16(p), InputError);
+  p = c.host_params(70000);  // more parts than a grid dimension holds
+  try {
+    quant::decode_twin_bf16(p);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_parts = 70000"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DecodeTwin, SentinelPageForANeededTokenIsAnInputError) {
