@@ -5,7 +5,8 @@
 # launchers that read one during an experiment), Nsight Compute profiles (ncu_decode.sh) and the
 # SASS of the split kernels matching $KERNEL; every output packed in $OUT/all.tar.xz.
 # Usage (GPU machine, repo root, .peer carried): OUT=dir [V=0] [SUITE=manyhead] [RUNS="0 8:1"]
-#   [FULL=1] [PEER=0] [NCU_VARIANTS="0 8"] [NCU_WHO="flashmla ours"] [SASS=1] [KERNEL=v6]
+#   [FULL=1: all decode GPU tests too] [PEER=0] [NCU_VARIANTS="0 8"] [NCU_WHO="flashmla ours"] [SASS=1]
+#   [KERNEL=decode_split_v6] (V=0 runs only the bad-page tests first: no test is named for variant 0)
 #   bash tools/mla-bench/run_ab_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
