@@ -326,15 +326,7 @@ quant::Bf16DecodeParams output_shim(const quant::Fp8DecodeParams& p, int parts) 
   s.out = p.out;
   s.lse = p.lse;
   s.seqlens = p.seqlens;
-  s.batch = p.batch;
-  s.s_q = p.s_q;
-  s.heads = p.heads;
-  s.d_c = p.d_c;
-  s.d_r = p.d_r;
-  s.num_pages = p.num_pages;
-  s.page_size = p.page_size;
-  s.max_pages = p.max_pages;
-  s.scale = p.scale;
+  quant::set_decode_shape(s, p.batch, p.s_q, p.heads, p.d_c, p.d_r, p.num_pages, p.page_size, p.max_pages, p.scale);
   s.num_parts = parts;
   s.workspace = p.workspace;
   s.workspace_bytes = p.workspace_bytes;
