@@ -3,7 +3,8 @@
 # variant $V first under a short timeout (a hang costs 90 s, not the call), then the peer suite
 # for each run in $RUNS ("variant" or "variant:knob", the knob exported as MLA_DECODE_EXP for
 # launchers that read one during an experiment), Nsight Compute profiles (ncu_decode.sh) and the
-# SASS of the split kernels matching $KERNEL; every output packed in $OUT/all.tar.xz.
+# SASS of the split kernels matching $KERNEL; every output packed in $OUT/all.tar.xz (with the
+# FlashMLA build when it was built from source in this call).
 # Usage (GPU machine, repo root, .peer carried): OUT=dir [V=0] [SUITE=manyhead] [RUNS="0 8:1"]
 #   [FULL=1: all decode GPU tests too] [PEER=0] [NCU_VARIANTS="0 8"] [NCU_WHO="flashmla ours"] [SASS=1]
 #   [KERNEL=decode_split_v6] (V=0 runs only the bad-page tests first: no test is named for variant 0)
@@ -30,6 +31,11 @@ if [ "${FULL:-0}" = 1 ]; then
   echo "all decode GPU tests rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$W/test_all.log"
 fi
 wait $peer; tail -1 "$W/peer_build.log"
+# FlashMLA built from source here: its build comes back for .peer/flashmla-built.tar.xz, which
+# peer_unpack.sh then uses instead of building again (~2 min of every later call)
+if [ ! -f .peer/flashmla-built.tar.xz ] && [ -d .peer/flashmla/flash_mla ]; then
+  tar -C .peer -cJf "$W/flashmla-built.tar.xz" --exclude=flashmla/build --exclude=flashmla/csrc --exclude=flashmla/.git flashmla
+fi
 export PYTHONPATH=$PWD/.peer/flashmla${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # runs: "variant" or "variant:knob" (MLA_DECODE_EXP, read by a launcher during an experiment)
 n=0
