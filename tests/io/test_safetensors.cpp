@@ -66,6 +66,29 @@ OwnedTensor patterned(std::string name, DType dtype, Shape shape, int salt) {
   return t;
 }
 
+// n patterned F32 tensors of shape shape_of(i), named t0, t1, ...: shared owners (what the
+// streaming writer's hold keeps), plain copies (for write_safetensors' reference file), their
+// specs and their total bytes.
+struct PatternedSet {
+  std::vector<std::shared_ptr<OwnedTensor>> owned;
+  std::vector<OwnedTensor> plain;
+  std::vector<TensorSpec> specs;
+  uint64_t total = 0;
+};
+template <class ShapeOf>
+PatternedSet patterned_set(int n, ShapeOf shape_of) {
+  PatternedSet set;
+  for (int i = 0; i < n; ++i) {
+    set.owned.push_back(
+        std::make_shared<OwnedTensor>(patterned(join("t", std::to_string(i)), DType::F32, shape_of(i), i)));
+    const OwnedTensor& t = *set.owned.back();
+    set.plain.push_back(t);
+    set.specs.push_back({t.name, t.dtype, t.shape});
+    set.total += t.bytes.size();
+  }
+  return set;
+}
+
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
@@ -271,17 +294,12 @@ TEST(Safetensors, StreamingWriterHoldsOutOfOrderTensorsForTheHash) {
   // copied) and hashed from memory; what does not fit the budget is read back. The digest and
   // the bytes are the same either way, every held owner is let go, the budget returns to 0.
   TempDir dir;
-  std::vector<std::shared_ptr<OwnedTensor>> ts;
-  std::vector<OwnedTensor> plain;
-  std::vector<TensorSpec> specs;
-  uint64_t total = 0;
-  for (int i = 0; i < 40; ++i) {
-    const Shape shape = i == 5 ? Shape{2048, 1024} : Shape{33, 7 + i % 4};  // one 4 MiB tensor (direct I/O)
-    ts.push_back(std::make_shared<OwnedTensor>(patterned(join("t", std::to_string(i)), DType::F32, shape, i)));
-    plain.push_back(*ts.back());
-    specs.push_back({ts.back()->name, ts.back()->dtype, ts.back()->shape});
-    total += ts.back()->bytes.size();
-  }
+  // one 4 MiB tensor (direct I/O)
+  PatternedSet set = patterned_set(40, [](int i) { return i == 5 ? Shape{2048, 1024} : Shape{33, 7 + i % 4}; });
+  auto& ts = set.owned;
+  const auto& plain = set.plain;
+  const auto& specs = set.specs;
+  const uint64_t total = set.total;
   write_safetensors(dir.path() / "ref", plain, {});
   const auto ref = read_bytes(dir.path() / "ref");
   for (const uint64_t limit : {uint64_t{0}, uint64_t{20000}, total}) {
@@ -349,17 +367,12 @@ TEST(Safetensors, StreamingWriterTakesTensorsInParts) {
   // streaming digest equal a whole-tensor write, and with a hold budget as large as the file
   // nothing is read back. Overlapping or out-of-range pieces and incomplete tensors are refused.
   TempDir dir;
-  std::vector<std::shared_ptr<OwnedTensor>> ts;
-  std::vector<OwnedTensor> plain;
-  std::vector<TensorSpec> specs;
-  uint64_t total = 0;
-  for (int i = 0; i < 12; ++i) {
-    const Shape shape = i == 4 ? Shape{2048, 1024} : Shape{40 + i, 9};  // one 8 MiB tensor (direct I/O)
-    ts.push_back(std::make_shared<OwnedTensor>(patterned(join("t", std::to_string(i)), DType::F32, shape, i)));
-    plain.push_back(*ts.back());
-    specs.push_back({ts.back()->name, ts.back()->dtype, ts.back()->shape});
-    total += ts.back()->bytes.size();
-  }
+  // one 8 MiB tensor (direct I/O)
+  PatternedSet set = patterned_set(12, [](int i) { return i == 4 ? Shape{2048, 1024} : Shape{40 + i, 9}; });
+  auto& ts = set.owned;
+  const auto& plain = set.plain;
+  const auto& specs = set.specs;
+  const uint64_t total = set.total;
   write_safetensors(dir.path() / "ref", plain, {});
   const auto ref = read_bytes(dir.path() / "ref");
   for (const uint64_t limit : {uint64_t{0}, total}) {
