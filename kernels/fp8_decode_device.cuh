@@ -6,6 +6,8 @@
 
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
+#include "kernels/fp8_wgmma.cuh"
+#include "kernels/wgmma_ops.cuh"
 #include "quant/fp8_decode_twin.hpp"
 
 namespace mla::kernels::fp8 {
@@ -133,6 +135,134 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
   }
   detail::fence_proxy_async();
 }
+
+// ---- The P.V warpgroups of the transposed product O^T [d_c x N] += V8^T P8^T (the narrow
+// kernel, kernels/fp8_decode_narrow.cu, N = 16/32, and the 64-row kernel,
+// kernels/fp8_decode_rows64.cu, N = 64): A = V^T built in registers from the tile (each thread
+// owns CPT = 2 NB contiguous channels, so its loads are CPT-byte rows of the tile), B = P^T
+// (N rows of 64 token bytes, 128-byte rows and swizzle). ----
+
+// Accumulator element (row m, column n) of an m64nN wgmma: thread (warp w, g, tq) holds
+// m = 16 w + g + 8 h, n = 8 j + 2 tq + e in register 4 j + 2 h + e. Its N / 4 columns c:
+__device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
+__host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
+
+// V^T A fragments of k-step ks (tokens 32 ks .. 32 ks + 31) of the tile in stage `st` for the
+// channels at the thread's column offset `cofs` (block and byte within the 128-byte row) and
+// swizzle chunk `chunk`. The 8-bit m64k32 A fragment: register v1 + 2 v2 holds row
+// 16 wiw + g + 8 v1 at k = 16 v2 + 4 tq + 0..3; k is the token (natural order, as P^T's rows are
+// written); accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h. Tokens >=
+// valid read as 0: their bytes may be NaN.
+template <int NB>
+__device__ __forceinline__ void vt_fragments_ks(uint32_t st, uint32_t cofs, int chunk, int tq, int valid, int ks,
+                                                uint32_t (&fr)[NB][4]) {
+  constexpr int CPT = 2 * NB;
+#pragma unroll
+  for (int v2 = 0; v2 < 2; ++v2) {
+    uint32_t wv[(CPT + 3) / 4][4];
+#pragma unroll
+    for (int v0 = 0; v0 < 4; ++v0) {
+      const int T = 32 * ks + 16 * v2 + 4 * tq + v0;
+      const uint32_t a = st + cofs + T * 128 + ((chunk ^ (T & 7)) << 4);
+      // Loaded unconditionally (the address is inside the stage), then selected: a load
+      // under a branch ptxas cannot see is warp-uniform serialises the wgmmas (C7520).
+      const bool ok = T < valid;
+      if constexpr (CPT == 8) {
+        const uint2 x = lds64(a);
+        wv[0][v0] = ok ? x.x : 0u;
+        wv[1][v0] = ok ? x.y : 0u;
+      } else if constexpr (CPT == 4) {
+        const uint32_t x = lds32(a);
+        wv[0][v0] = ok ? x : 0u;
+      } else {
+        const uint32_t x = lds16(a);
+        wv[0][v0] = ok ? x : 0u;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < (CPT + 3) / 4; ++u) {
+      uint32_t o[4];
+      transpose4x4(wv[u], o);
+#pragma unroll
+      for (int q = 0; q < (CPT < 4 ? CPT : 4); ++q) {
+        const int ch = 4 * u + q;
+        fr[ch >> 1][(ch & 1) + 2 * v2] = o[q];
+      }
+    }
+  }
+}
+
+// O^T *= gamma: gam holds the tile's N row factors (the accumulator's columns).
+template <int NB, int N>
+__device__ __forceinline__ void pv_rescale(float (&acc)[NB][N / 2], const float* gam, int tq) {
+  // One row factor at a time: at N = 64 the accumulators and fragments leave few registers.
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const float gm = gam[acc_col(c, tq)];
+#pragma unroll
+    for (int mb = 0; mb < NB; ++mb)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        acc[mb][acc_reg(c, h)] *= gm;
+        gmma::fence_operand(acc[mb][acc_reg(c, h)]);
+      }
+  }
+}
+
+// Issues O^T += V8^T P8^T for one k-step (32 tokens): fr from vt_fragments_ks, desc_p the P^T
+// buffer's descriptor at that k-step. The caller fences, commits and waits.
+template <int NB, int N>
+__device__ __forceinline__ void pv_mma_ks(float (&acc)[NB][N / 2], const uint32_t (&fr)[NB][4], uint64_t desc_p) {
+#pragma unroll
+  for (int mb = 0; mb < NB; ++mb) {
+    if constexpr (N == 64) rs_e4m3_n64(acc[mb], fr[mb], desc_p);
+    else rs_e4m3_narrow<N>(acc[mb], fr[mb], desc_p);
+  }
+}
+
+template <int NB, int N>
+__device__ __forceinline__ void pv_fence_acc(float (&acc)[NB][N / 2]) {
+#pragma unroll
+  for (int mb = 0; mb < NB; ++mb)
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) gmma::fence_operand(acc[mb][i]);
+}
+
+// The end of a split for a P.V thread: rows row0 + n of its N / 4 accumulator columns n (below
+// `rows`), channels c0 .. c0 + CPT - 1, scaled by fin[2 n] = 1 / l; bf16 into out when the
+// request has one split, else fp32 into its split's partial; with_lse threads also write the
+// rows' LSE (fin[2 n + 1]).
+template <int DC, int NB, int N>
+__device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, float* o_acc, float* lse_acc, int b,
+                                              int split, int n_split, int rows, int row0, int c0,
+                                              const float (&acc)[NB][N / 2], const float* fin, int tq,
+                                              bool with_lse) {
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const int n = acc_col(c, tq), r = row0 + n;
+    if (r >= rows) continue;
+    const float inv = fin[2 * n], lse = fin[2 * n + 1];
+    if (n_split == 1) {
+      uint32_t w[NB];
+#pragma unroll
+      for (int mb = 0; mb < NB; ++mb) w[mb] = detail::pack_bf16(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
+      uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + r) * DC + c0;
+      if constexpr (NB == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+      else if constexpr (NB == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+      else *reinterpret_cast<uint32_t*>(dst) = w[0];
+      if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+    } else {
+      float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
+#pragma unroll
+      for (int mb = 0; mb < NB; ++mb)
+        *reinterpret_cast<float2*>(dst + 2 * mb) = make_float2(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
+      if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+    }
+  }
+}
+
+// The 64-row kernel's launch (kernels/fp8_decode_rows64.cu): rows = s_q heads > kNarrowRows.
+void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
 
 // The narrow kernel's launch (kernels/fp8_decode_narrow.cu): rows = s_q heads <= kNarrowRows.
 // fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile.

@@ -66,11 +66,6 @@ struct NCfg {
 constexpr int kBarQ = 1, kBarStage = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7;
 constexpr int kConsumers = 384;
 
-// Accumulator element (row m, column n) of an m64nN wgmma: thread (warp w, g, tq) holds
-// m = 16 w + g + 8 h, n = 8 j + 2 tq + e in register 4 j + 2 h + e. Its N / 4 columns c:
-__device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
-__host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
-
 template <int DC, int DR, int N, bool FP4>
 __global__ void __launch_bounds__(kNThreads, 1)
     narrow_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
@@ -259,9 +254,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
       detail::named_bar_arrive(kBarFin, kConsumers);
     } else {
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
-      constexpr int NB = C::kNB, CPT = C::kCPT;
+      constexpr int NB = C::kNB;
       // Accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h.
-      const int c0 = (wg - 1) * (DC / 2) + (8 * wiw + g) * CPT;
+      const int c0 = (wg - 1) * (DC / 2) + (8 * wiw + g) * C::kCPT;
       const uint32_t cofs = (c0 >> 7) * 8192 + (c0 & 15);
       const int chunk = (c0 & 127) >> 4;
       float acc[NB][N / 2];
@@ -272,102 +267,28 @@ __global__ void __launch_bounds__(kNThreads, 1)
       for (int ti = t; ti < stop; ++ti, ++it) {
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
-        const int j0 = ti * kT;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
-        // A fragment (8-bit, m64k32): register v1 + 2 v2 holds row 16 wiw + g + 8 v1 at
-        // k = 16 v2 + 4 tq + 0..3; k is the token (natural order, as P^T's rows are written).
-        // Tokens >= valid read as 0: their bytes may be NaN.
         uint32_t fr[2][NB][4];
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int v2 = 0; v2 < 2; ++v2) {
-            uint32_t wv[(CPT + 3) / 4][4];
-#pragma unroll
-            for (int v0 = 0; v0 < 4; ++v0) {
-              const int T = 32 * ks + 16 * v2 + 4 * tq + v0;
-              const uint32_t a = st + cofs + T * 128 + ((chunk ^ (T & 7)) << 4);
-              // Loaded unconditionally (the address is inside the stage), then selected: a load
-              // under a branch ptxas cannot see is warp-uniform serialises the wgmmas (C7520).
-              const bool ok = T < valid;
-              if constexpr (CPT == 8) {
-                const uint2 x = lds64(a);
-                wv[0][v0] = ok ? x.x : 0u;
-                wv[1][v0] = ok ? x.y : 0u;
-              } else if constexpr (CPT == 4) {
-                const uint32_t x = lds32(a);
-                wv[0][v0] = ok ? x : 0u;
-              } else {
-                const uint32_t x = lds16(a);
-                wv[0][v0] = ok ? x : 0u;
-              }
-            }
-#pragma unroll
-            for (int u = 0; u < (CPT + 3) / 4; ++u) {
-              uint32_t o[4];
-              transpose4x4(wv[u], o);
-#pragma unroll
-              for (int q = 0; q < (CPT < 4 ? CPT : 4); ++q) {
-                const int ch = 4 * u + q;
-                fr[ks][ch >> 1][(ch & 1) + 2 * v2] = o[q];
-              }
-            }
-          }
+        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 0, fr[0]);
+        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 1, fr[1]);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         const int pb = it & 1;
         detail::named_bar_sync(kBarFull + pb, kConsumers);
-        float gm[NC];
-#pragma unroll
-        for (int c = 0; c < NC; ++c) gm[c] = gam[pb * N + acc_col(c, tq)];
-#pragma unroll
-        for (int mb = 0; mb < NB; ++mb)
-#pragma unroll
-          for (int c = 0; c < NC; ++c)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              acc[mb][acc_reg(c, h)] *= gm[c];
-              gmma::fence_operand(acc[mb][acc_reg(c, h)]);
-            }
+        pv_rescale<NB, N>(acc, gam + pb * N, tq);
         gmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int mb = 0; mb < NB; ++mb)
-            rs_e4m3_narrow<N>(acc[mb], fr[ks][mb], desc_sw(sP + pb * C::kP + ks * 32, 1024, 1));
+        pv_mma_ks<NB, N>(acc, fr[0], desc_sw(sP + pb * C::kP, 1024, 1));
+        pv_mma_ks<NB, N>(acc, fr[1], desc_sw(sP + pb * C::kP + 32, 1024, 1));
         gmma::commit();
         gmma::wait<0>();
-#pragma unroll
-        for (int mb = 0; mb < NB; ++mb)
-#pragma unroll
-          for (int i = 0; i < N / 2; ++i) gmma::fence_operand(acc[mb][i]);
+        pv_fence_acc<NB, N>(acc);
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        const int n = acc_col(c, tq);
-        if (n >= rows) continue;
-        const float inv = fin[2 * n], lse = fin[2 * n + 1];
-        if (n_split == 1) {
-          uint32_t w[NB];
-#pragma unroll
-          for (int mb = 0; mb < NB; ++mb) w[mb] = detail::pack_bf16(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
-          uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + n) * DC + c0;
-          if constexpr (NB == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-          else if constexpr (NB == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-          else *reinterpret_cast<uint32_t*>(dst) = w[0];
-          if (wg == 1 && wiw == 0 && g == 0) p.lse[static_cast<size_t>(b) * rows + n] = lse;
-        } else {
-          float* dst = o_acc + (static_cast<size_t>(split) * rows + n) * DC + c0;
-#pragma unroll
-          for (int mb = 0; mb < NB; ++mb)
-            *reinterpret_cast<float2*>(dst + 2 * mb) = make_float2(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
-          if (wg == 1 && wiw == 0 && g == 0) lse_acc[static_cast<size_t>(split) * rows + n] = lse;
-        }
-      }
+      store_pv_rows<DC, NB, N>(p, o_acc, lse_acc, b, split, n_split, rows, 0, c0, acc, fin, tq,
+                               wg == 1 && wiw == 0 && g == 0);
     }
   }
   if (wg == 0) {  // the last phase of each buffer that warpgroups 1-2 opened

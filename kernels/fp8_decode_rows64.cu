@@ -1,0 +1,335 @@
+// The FP8 split kernel for requests of more than 32 query rows (s_q H), in 64-row blocks; called
+// by fp8_decode (kernels/fp8_decode.cu) between the scheduler and the combine.
+//
+// The narrow kernel's division of work (kernels/fp8_decode_narrow.cu) at 64 rows, so the S and
+// softmax of tile i + 1 overlap the P.V of tile i, and no V^T goes through shared memory:
+//   warpgroup 0: S [64 rows x 64 tokens] = Q8 K8^T + Q_rope K_rope^T (wgmma m64n64k32 e4m3 and
+//        m64n64k16 bf16, Q and the tile from shared memory; rows are wgmma's M, so each thread
+//        holds 2 rows x 16 tokens and the per-row work is amortised over 16 tokens), the online
+//        softmax with s_k folded into P and P re-quantised per row and tile, P8^T and the rows'
+//        rescale factors into one of two buffers;
+//   warpgroups 1 and 2: O^T [d_c / 2 channels x 64 rows] = O^T gamma + V8^T P8^T (wgmma
+//        m64n64k32 e4m3, A = V^T built in registers from the tile, B = P^T), each owning d_c / 2
+//        channels (fp8_decode_device.cuh: vt_fragments, pv_rescale_mma);
+//   warpgroup 3: one thread issues the bulk copies into the stage ring (4 stages at d_c = 512).
+// Numerics: the rounding points of the twin (quant/fp8_decode_twin) and of the narrow kernel:
+// logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
+// sigma = amax / 448, O and l in units of the current sigma.
+#include <cuda_fp8.h>
+
+#include "kernels/decode_launch.hpp"
+#include "kernels/decode_ring.cuh"
+#include "kernels/fp8_decode_device.cuh"
+#include "kernels/fp8_wgmma.cuh"
+#include "kernels/wgmma_ops.cuh"
+
+namespace mla::kernels::fp8 {
+namespace {
+
+constexpr int kThreads = 512, kConsumers = 384, kRows = 64;
+
+template <int DC, int DR>
+struct RCfg {
+  static constexpr int kNB = DC / 128;  // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
+  static constexpr int kCPT = 2 * kNB;  // contiguous channels per thread
+  static constexpr int kRB = 2 * DR;    // rope row bytes
+  static constexpr int kRMode = kRB == 128 ? 1 : 2;
+  static constexpr uint32_t kRSbo = 8 * kRB;
+  static constexpr uint32_t kStage = StageBytes<DC, DR>::kAligned;
+  static constexpr uint32_t kQ8 = kRows * DC, kQR = kRows * kRB, kP = kRows * 128;
+  static constexpr uint32_t kSmall = 4 * kRows * 4;  // gamma [2][64], fin [64][2] floats
+  static constexpr size_t kFixed = 1024 + kQ8 + kQR + 2 * kP + kSmall;
+  // As many stages as fit (each needs 16 bytes of barriers and 4 of valid count), at most 6.
+  static constexpr int kFit = static_cast<int>((detail::kMaxSmemPerBlock - kFixed) / (kStage + 20));
+  static constexpr int kS = kFit < 6 ? kFit : 6;
+  static_assert(kS >= 2, "fp8 64-row kernel: fewer than two ring stages fit");
+  static constexpr size_t smem() { return kFixed + kS * (kStage + 20); }
+};
+
+// Named barriers (id 0 is __syncthreads): all consumers around the query load; P^T buffer k
+// full (warpgroup 0 arrives, 1-2 wait) and free (the reverse); the epilogue's 1/l and LSE.
+constexpr int kBarQ = 1, kBarFull = 3, kBarFree = 5, kBarFin = 7;
+
+__device__ __forceinline__ void sts16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+
+// One tile's online softmax for warpgroup 0's thread: rows h = 0, 1 (16 wiw + g + 8 h), tokens
+// j0 + 8 n + 2 tq + e in sv[4 n + 2 h + e]; skv[2 n + e] their s_k. S in, P (exp2(x - m) s_k,
+// unscaled) out; the running max, sum and sigma updated, gamma and 1 / sigma of the tile out.
+// kMasked: keys at or past lim[h] are masked (the boundary tiles); interior tiles skip the tests.
+template <bool kMasked>
+__device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float (&skv)[16], const int (&lim)[2],
+                                                    int j0, int tq, const float (&rowf)[2], float (&m_run)[2],
+                                                    float (&l_run)[2], float (&sig)[2], float (&gamma)[2],
+                                                    float (&inv)[2]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
+    const float x = (sv[i] * skv[e]) * rowf[h];
+    sv[i] = (!kMasked || j0 + jj < lim[h]) ? x : neg_inf;
+    tmax[h] = fmaxf(tmax[h], sv[i]);
+  }
+  float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    const float m_new = fmaxf(m_run[h], tmax[h]);
+    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+    alpha[h] = exp2f(m_run[h] - m_use[h]);
+    m_run[h] = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
+    const bool live = !kMasked || j0 + jj < lim[h];
+    const float pv = live ? exp2f(sv[i] - m_use[h]) : 0.f;
+    psum[h] += pv;
+    const float pp = live ? pv * skv[e] : 0.f;
+    amax[h] = fmaxf(amax[h], pp);
+    sv[i] = pp;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+    const float sg = amax[h] > 0.f ? amax[h] / quant::kFp8CacheMax : sig[h];
+    inv[h] = 1.f / sg;
+    gamma[h] = alpha[h] * (sig[h] * inv[h]);
+    l_run[h] = l_run[h] * gamma[h] + psum[h] * inv[h];
+    sig[h] = sg;
+  }
+}
+
+template <int DC, int DR>
+__global__ void __launch_bounds__(kThreads, 1)
+    rows64_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
+                        const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+  using C = RCfg<DC, DR>;
+  constexpr int S = C::kS;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw = detail::smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* gbase = smem_raw + (base - raw);
+  const uint32_t sQ8 = base, sQR = sQ8 + C::kQ8, sSt = sQR + C::kQR, sP = sSt + S * C::kStage;
+  const uint32_t sSmall = sP + 2 * C::kP;
+  float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));  // [2][64]
+  float* fin = gam + 2 * kRows;                                     // [64][2]
+  const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      detail::mbar_init(bar0 + 8 * s, 1);        // the producer's expect_tx
+      detail::mbar_init(bar0 + 8 * (S + s), 12);  // every consumer warp releases a stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int32_t* in = info + blockIdx.y * quant::kPartInfoInts;  // grid: detail::split_grid
+  const int end_b = in[2], end_t = in[3];
+  const int rows = p.s_q * p.heads;
+  const int row0 = blockIdx.x * kRows;
+
+  if (warp >= 12) {  // ---- producer ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
+    return;
+  }
+  // Broadcast from lane 0 so ptxas knows the role is warp-uniform (an RS wgmma under a branch it
+  // cannot prove uniform is serialised, C7520).
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0), wiw = warp % 4;
+  const int g = lane / 4, tq = lane % 4;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  if (wg > 0) {  // both P^T buffers start free
+    detail::named_bar_arrive(kBarFree, kConsumers);
+    detail::named_bar_arrive(kBarFree + 1, kConsumers);
+  }
+  // Each role walks the part's request segments; all consumers load a segment's query rows.
+  auto load_segment_query = [&](int b) {
+    detail::named_bar_sync(kBarQ, kConsumers);  // warpgroup 0 is done with the previous query
+    load_query<DC, DR, kRows>(p, b, rows, row0, sQ8, sQR, threadIdx.x, kConsumers);
+    detail::named_bar_sync(kBarQ, kConsumers);
+  };
+  int it = 0;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
+    for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
+      const int L = p.seqlens[b];
+      const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
+      load_segment_query(b);
+      // ======== S, online softmax, P8^T ========
+      int lrow[2], lim_off[2];
+      float rowf[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        lrow[h] = 16 * wiw + g + 8 * h;
+        const int r = row0 + lrow[h];
+        lim_off[h] = p.s_q - 1 - min(r / p.heads, p.s_q - 1);
+        rowf[h] = r < rows ? p.q_scale[static_cast<size_t>(b) * rows + r] * (p.scale * detail::kLog2e) : 0.f;
+      }
+      float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f}, sig[2] = {1.f, 1.f};
+      const uint64_t dq = desc_sw(sQ8, 1024, 1), dqr = desc_sw(sQR, C::kRSbo, C::kRMode);
+      for (int ti = t; ti < stop; ++ti, ++it) {
+        const int stage = it % S;
+        const uint32_t st = sSt + stage * C::kStage;
+        const int j0 = ti * kT;
+        detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
+        float sv[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          sv[i] = 0.f;
+          gmma::fence_operand(sv[i]);
+        }
+        const uint64_t dt = desc_sw(st, 1024, 1), dtr = desc_sw(st + 64 * DC, C::kRSbo, C::kRMode);
+        gmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < DC / 32; ++kk) {
+          const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
+          ss_e4m3_n64(sv, detail::gmma_desc_at(dq, off), detail::gmma_desc_at(dt, off));
+        }
+#pragma unroll
+        for (int kk = 0; kk < DR / 16; ++kk)
+          gmma::wgmma_ss_n64(sv, detail::gmma_desc_at(dqr, kk * 32), detail::gmma_desc_at(dtr, kk * 32));
+        gmma::commit();
+        gmma::wait<0>();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+        // s_k of this thread's 16 tokens (8 n + 2 tq + e); then the stage is free for us.
+        float skv[16];
+        const uint32_t skp = st + 64 * (DC + C::kRB);
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const uint2 k2 = lds64(skp + 4 * (8 * n + 2 * tq));
+          skv[2 * n] = __uint_as_float(k2.x);
+          skv[2 * n + 1] = __uint_as_float(k2.y);
+        }
+        __syncwarp();
+        if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
+        // ---- online softmax, s_k folded into P, P re-quantised per row and tile ----
+        const int lim[2] = {min(L - lim_off[0], j0 + valid), min(L - lim_off[1], j0 + valid)};
+        float gamma[2], inv[2];
+        if (j0 + kT <= min(lim[0], lim[1]))
+          softmax_tile_rows64<false>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+        else
+          softmax_tile_rows64<true>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+        // ---- P8^T [row][token] (128-byte rows and swizzle) and gamma into buffer it & 1 ----
+        const int pb = it & 1;
+        const uint32_t pbuf = sP + pb * C::kP;
+        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = lrow[h], tok = 8 * n + 2 * tq;
+            const uint16_t v = __nv_cvt_float2_to_fp8x2(
+                make_float2(sv[4 * n + 2 * h] * inv[h], sv[4 * n + 2 * h + 1] * inv[h]), __NV_SATFINITE, __NV_E4M3);
+            sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
+          }
+        if (tq == 0) {
+          gam[pb * kRows + lrow[0]] = gamma[0];
+          gam[pb * kRows + lrow[1]] = gamma[1];
+        }
+        detail::fence_proxy_async();
+        detail::named_bar_arrive(kBarFull + pb, kConsumers);
+      }
+      // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of the thread's two rows ----
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = l_run[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (tq == 0) {
+          const bool empty = l == 0.f;
+          fin[2 * lrow[h]] = empty ? 0.f : 1.f / l;
+          fin[2 * lrow[h] + 1] = empty ? neg_inf : (m_run[h] + log2f(sig[h] * l)) * detail::kLn2;
+        }
+      }
+      detail::named_bar_arrive(kBarFin, kConsumers);
+    }
+    // the last phase of each buffer that warpgroups 1-2 opened
+    detail::named_bar_sync(kBarFree, kConsumers);
+    detail::named_bar_sync(kBarFree + 1, kConsumers);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
+    int split = in[4];
+    for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
+      const int stop = (b == end_b) ? end_t : quant::decode_tiles(p.seqlens[b], kT);
+      const int n_split = offsets[b + 1] - offsets[b];
+      load_segment_query(b);
+      // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
+      constexpr int NB = C::kNB;
+      // Accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h.
+      const int c0 = (wg - 1) * (DC / 2) + (8 * wiw + g) * C::kCPT;
+      const uint32_t cofs = (c0 >> 7) * 8192 + (c0 & 15);
+      const int chunk = (c0 & 127) >> 4;
+      float acc[NB][kRows / 2];
+#pragma unroll
+      for (int mb = 0; mb < NB; ++mb)
+#pragma unroll
+        for (int i = 0; i < kRows / 2; ++i) acc[mb][i] = 0.f;
+      for (int ti = t; ti < stop; ++ti, ++it) {
+        const int stage = it % S;
+        const uint32_t st = sSt + stage * C::kStage;
+        detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
+        // One k-step's fragments at a time (16 registers: the accumulators take 128): the
+        // second k-step's are built once the first's wgmmas are done, then the stage is free.
+        uint32_t fr[NB][4];
+        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 0, fr);
+        const int pb = it & 1;
+        const uint64_t dp = desc_sw(sP + pb * C::kP, 1024, 1);
+        detail::named_bar_sync(kBarFull + pb, kConsumers);
+        pv_rescale<NB, kRows>(acc, gam + pb * kRows, tq);
+        gmma::fence();
+        pv_mma_ks<NB, kRows>(acc, fr, dp);
+        gmma::commit();
+        gmma::wait<0>();
+        pv_fence_acc<NB, kRows>(acc);
+        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 1, fr);
+        __syncwarp();
+        if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
+        gmma::fence();
+        pv_mma_ks<NB, kRows>(acc, fr, detail::gmma_desc_at(dp, 32));
+        gmma::commit();
+        gmma::wait<0>();
+        pv_fence_acc<NB, kRows>(acc);
+        detail::named_bar_arrive(kBarFree + pb, kConsumers);
+      }
+      // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
+      detail::named_bar_sync(kBarFin, kConsumers);
+      store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, c0, acc, fin, tq,
+                                   wg == 1 && wiw == 0 && g == 0);
+    }
+  }
+}
+
+template <int DC, int DR>
+void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  static bool smem_set = false;
+  const size_t smem = RCfg<DC, DR>::smem();
+  cuda::set_smem_limit_once(rows64_split_kernel<DC, DR>, smem, smem_set, "fp8 64-row decode split kernel smem limit");
+  const dim3 grid = detail::split_grid(parts, quant::fp8_decode_row_blocks(p));
+  rows64_split_kernel<DC, DR><<<grid, kThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
+  cuda::check(cudaGetLastError(), "fp8 64-row decode split launch", "mla decode");
+}
+
+template <int DR>
+void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  if (p.d_c == 128) launch_cfg<128, DR>(p, w, parts, stream);
+  else if (p.d_c == 256) launch_cfg<256, DR>(p, w, parts, stream);
+  else launch_cfg<512, DR>(p, w, parts, stream);
+}
+
+}  // namespace
+
+void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  if (p.d_r == 64) launch_dc<64>(p, w, parts, stream);
+  else launch_dc<32>(p, w, parts, stream);
+}
+
+}  // namespace mla::kernels::fp8
