@@ -192,13 +192,14 @@ __device__ __forceinline__ void vt_fragments_ks(uint32_t st, uint32_t cofs, int 
   }
 }
 
-// O^T *= gamma: gam holds the tile's N row factors (the accumulator's columns).
-template <int NB, int N>
+// O^T *= gamma: gam holds the tile's N row factors (the accumulator's columns), by row, or with
+// kByThread each thread's N / 4 in a row of their own (gam[N / 4 tq + c]: vector loads).
+template <int NB, int N, bool kByThread = false>
 __device__ __forceinline__ void pv_rescale(float (&acc)[NB][N / 2], const float* gam, int tq) {
   // One row factor at a time: at N = 64 the accumulators and fragments leave few registers.
 #pragma unroll
   for (int c = 0; c < N / 4; ++c) {
-    const float gm = gam[acc_col(c, tq)];
+    const float gm = kByThread ? gam[(N / 4) * tq + c] : gam[acc_col(c, tq)];
 #pragma unroll
     for (int mb = 0; mb < NB; ++mb)
 #pragma unroll

@@ -54,6 +54,18 @@ __device__ __forceinline__ void sts16(uint32_t addr, uint16_t v) {
   asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
 }
 
+// Where warpgroup 0 stores row r's factor gamma: each P.V thread (tq) reads the 16 rows of its
+// accumulator columns (8 j + 2 tq + e, c = 2 j + e) as 16 consecutive floats at 16 tq + c.
+__device__ __forceinline__ int gam_index(int r) { return ((r >> 1) & 3) * 16 + (r >> 3) * 2 + (r & 1); }
+
+// 2^x by the SFU, subnormal results flushed to 0 (exp2f adds a range fix-up per call; a
+// probability below 2^-126 of the row's running max adds nothing to O or l in fp32).
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One tile's online softmax for warpgroup 0's thread: rows h = 0, 1 (16 wiw + g + 8 h), tokens
 // j0 + 8 n + 2 tq + e in sv[4 n + 2 h + e]; skv[2 n + e] their s_k. S in, P (exp2(x - m) s_k,
 // unscaled) out; the running max, sum and sigma updated, gamma and 1 / sigma of the tile out.
@@ -79,14 +91,14 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
     tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
     const float m_new = fmaxf(m_run[h], tmax[h]);
     m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-    alpha[h] = exp2f(m_run[h] - m_use[h]);
+    alpha[h] = ex2_ftz(m_run[h] - m_use[h]);
     m_run[h] = m_new;
   }
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
     const bool live = !kMasked || j0 + jj < lim[h];
-    const float pv = live ? exp2f(sv[i] - m_use[h]) : 0.f;
+    const float pv = live ? ex2_ftz(sv[i] - m_use[h]) : 0.f;
     psum[h] += pv;
     const float pp = live ? pv * skv[e] : 0.f;
     amax[h] = fmaxf(amax[h], pp);
@@ -173,32 +185,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f}, sig[2] = {1.f, 1.f};
       const uint64_t dq = desc_sw(sQ8, 1024, 1), dqr = desc_sw(sQR, C::kRSbo, C::kRMode);
-      for (int ti = t; ti < stop; ++ti, ++it) {
-        const int stage = it % S;
+      // S of the tile in ring slot it_ into acc: waits for the tile, issues and commits the
+      // wgmmas (the caller waits).
+      auto issue_s = [&](float (&acc)[32], int it_) {
+        const int stage = it_ % S;
         const uint32_t st = sSt + stage * C::kStage;
-        const int j0 = ti * kT;
-        detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
-        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
-        float sv[32];
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          sv[i] = 0.f;
-          gmma::fence_operand(sv[i]);
-        }
+        detail::mbar_wait(bar0 + 8 * stage, (it_ / S) & 1);
         const uint64_t dt = desc_sw(st, 1024, 1), dtr = desc_sw(st + 64 * DC, C::kRSbo, C::kRMode);
         gmma::fence();
+        ss_e4m3_n64_first(acc, dq, dt);
 #pragma unroll
-        for (int kk = 0; kk < DC / 32; ++kk) {
+        for (int kk = 1; kk < DC / 32; ++kk) {
           const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
-          ss_e4m3_n64(sv, detail::gmma_desc_at(dq, off), detail::gmma_desc_at(dt, off));
+          ss_e4m3_n64(acc, detail::gmma_desc_at(dq, off), detail::gmma_desc_at(dt, off));
         }
 #pragma unroll
         for (int kk = 0; kk < DR / 16; ++kk)
-          gmma::wgmma_ss_n64(sv, detail::gmma_desc_at(dqr, kk * 32), detail::gmma_desc_at(dtr, kk * 32));
+          gmma::wgmma_ss_n64(acc, detail::gmma_desc_at(dqr, kk * 32), detail::gmma_desc_at(dtr, kk * 32));
         gmma::commit();
-        gmma::wait<0>();
+      };
+      // Softmax of tile ti_ (ring slot it_) from its finished S in sv; P8^T and gamma out.
+      auto finish = [&](float (&sv)[32], int ti_, int it_) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+        const int stage = it_ % S;
+        const uint32_t st = sSt + stage * C::kStage;
+        const int j0 = ti_ * kT;
+        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         // s_k of this thread's 16 tokens (8 n + 2 tq + e); then the stage is free for us.
         float skv[16];
         const uint32_t skp = st + 64 * (DC + C::kRB);
@@ -217,10 +230,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           softmax_tile_rows64<false>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
         else
           softmax_tile_rows64<true>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
-        // ---- P8^T [row][token] (128-byte rows and swizzle) and gamma into buffer it & 1 ----
-        const int pb = it & 1;
+        // ---- P8^T [row][token] (128-byte rows and swizzle) and gamma into buffer it_ & 1 ----
+        const int pb = it_ & 1;
         const uint32_t pbuf = sP + pb * C::kP;
-        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
+        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it_ - 2 is done with buffer pb
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -230,12 +243,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                 make_float2(sv[4 * n + 2 * h] * inv[h], sv[4 * n + 2 * h + 1] * inv[h]), __NV_SATFINITE, __NV_E4M3);
             sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
           }
-        if (tq == 0) {
-          gam[pb * kRows + lrow[0]] = gamma[0];
-          gam[pb * kRows + lrow[1]] = gamma[1];
+        if (tq == 0) {  // in the P.V threads' order (gam_index)
+          gam[pb * kRows + gam_index(lrow[0])] = gamma[0];
+          gam[pb * kRows + gam_index(lrow[1])] = gamma[1];
         }
         detail::fence_proxy_async();
         detail::named_bar_arrive(kBarFull + pb, kConsumers);
+      };
+      // One tile at a time: S, then its softmax. (S of tile ti + 1 issued into a second
+      // accumulator during tile ti's softmax was slower: ptxas serialises the wgmmas, C7514;
+      // docs/gpu-notes.md.)
+      for (int ti = t; ti < stop; ++ti) {
+        float sv[32];
+        issue_s(sv, it);
+        gmma::wait<0>();
+        finish(sv, ti, it++);
       }
       // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of the thread's two rows ----
 #pragma unroll
@@ -284,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int pb = it & 1;
         const uint64_t dp = desc_sw(sP + pb * C::kP, 1024, 1);
         detail::named_bar_sync(kBarFull + pb, kConsumers);
-        pv_rescale<NB, kRows>(acc, gam + pb * kRows, tq);
+        pv_rescale<NB, kRows, true>(acc, gam + pb * kRows, tq);
         gmma::fence();
         pv_mma_ks<NB, kRows>(acc, fr, dp);
         gmma::commit();
