@@ -17,9 +17,12 @@
 // sigma = amax / 448, O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
+#include <cstdlib>
+
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
 #include "kernels/fp8_decode_device.cuh"
+#include "kernels/fp8_softmax_rows64.cuh"
 #include "kernels/fp8_wgmma.cuh"
 #include "kernels/wgmma_ops.cuh"
 
@@ -49,72 +52,6 @@ struct RCfg {
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; P^T buffer k
 // full (warpgroup 0 arrives, 1-2 wait) and free (the reverse); the epilogue's 1/l and LSE.
 constexpr int kBarQ = 1, kBarFull = 3, kBarFree = 5, kBarFin = 7;
-
-__device__ __forceinline__ void sts16(uint32_t addr, uint16_t v) {
-  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
-}
-
-// Where warpgroup 0 stores row r's factor gamma: each P.V thread (tq) reads the 16 rows of its
-// accumulator columns (8 j + 2 tq + e, c = 2 j + e) as 16 consecutive floats at 16 tq + c.
-__device__ __forceinline__ int gam_index(int r) { return ((r >> 1) & 3) * 16 + (r >> 3) * 2 + (r & 1); }
-
-// 2^x by the SFU, subnormal results flushed to 0 (exp2f adds a range fix-up per call; a
-// probability below 2^-126 of the row's running max adds nothing to O or l in fp32).
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// One tile's online softmax for warpgroup 0's thread: rows h = 0, 1 (16 wiw + g + 8 h), tokens
-// j0 + 8 n + 2 tq + e in sv[4 n + 2 h + e]; skv[2 n + e] their s_k. S in, P (exp2(x - m) s_k,
-// unscaled) out; the running max, sum and sigma updated, gamma and 1 / sigma of the tile out.
-// kMasked: keys at or past lim[h] are masked (the boundary tiles); interior tiles skip the tests.
-template <bool kMasked>
-__device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float (&skv)[16], const int (&lim)[2],
-                                                    int j0, int tq, const float (&rowf)[2], float (&m_run)[2],
-                                                    float (&l_run)[2], float (&sig)[2], float (&gamma)[2],
-                                                    float (&inv)[2]) {
-  const float neg_inf = -__int_as_float(0x7f800000);
-  float tmax[2] = {neg_inf, neg_inf};
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
-    const float x = (sv[i] * skv[e]) * rowf[h];
-    sv[i] = (!kMasked || j0 + jj < lim[h]) ? x : neg_inf;
-    tmax[h] = fmaxf(tmax[h], sv[i]);
-  }
-  float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-    const float m_new = fmaxf(m_run[h], tmax[h]);
-    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-    alpha[h] = ex2_ftz(m_run[h] - m_use[h]);
-    m_run[h] = m_new;
-  }
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
-    const bool live = !kMasked || j0 + jj < lim[h];
-    const float pv = live ? ex2_ftz(sv[i] - m_use[h]) : 0.f;
-    psum[h] += pv;
-    const float pp = live ? pv * skv[e] : 0.f;
-    amax[h] = fmaxf(amax[h], pp);
-    sv[i] = pp;
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
-    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-    const float sg = amax[h] > 0.f ? amax[h] / quant::kFp8CacheMax : sig[h];
-    inv[h] = 1.f / sg;
-    gamma[h] = alpha[h] * (sig[h] * inv[h]);
-    l_run[h] = l_run[h] * gamma[h] + psum[h] * inv[h];
-    sig[h] = sg;
-  }
-}
 
 template <int DC, int DR>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -350,6 +287,14 @@ void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int 
 }  // namespace
 
 void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+  static const bool seesaw = [] {  // EXPERIMENT (A/B in one device call; removed before commit)
+    const char* e = std::getenv("MLA_FP8_SEESAW");
+    return e != nullptr && e[0] == '1';
+  }();
+  if (seesaw) {
+    launch_rows64_seesaw(p, w, parts, stream);
+    return;
+  }
   if (p.d_r == 64) launch_dc<64>(p, w, parts, stream);
   else launch_dc<32>(p, w, parts, stream);
 }

@@ -1,0 +1,113 @@
+#pragma once
+// The softmax side of the FP8 64-row split kernels (kernels/fp8_decode_rows64.cu,
+// kernels/fp8_decode_seesaw.cu): S [64 rows x 64 tokens] in a wgmma m64n64 accumulator, each
+// thread holding rows 16 wiw + g + 8 h (h = 0, 1) at tokens 8 n + 2 tq + e in register
+// 4 n + 2 h + e. The online softmax of one tile, P8^T into its shared-memory buffer, the rows'
+// factors in the P.V threads' order, and the end of a segment's rows (1/l, LSE).
+#include <cuda_fp8.h>
+
+#include "kernels/decode_device.cuh"
+#include "quant/fp8_decode_twin.hpp"
+
+namespace mla::kernels::fp8 {
+
+__device__ __forceinline__ void sts16(uint32_t addr, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
+
+// Where warpgroup 0 stores row r's factor gamma: each P.V thread (tq) reads the 16 rows of its
+// accumulator columns (8 j + 2 tq + e, c = 2 j + e) as 16 consecutive floats at 16 tq + c.
+__device__ __forceinline__ int gam_index(int r) { return ((r >> 1) & 3) * 16 + (r >> 3) * 2 + (r & 1); }
+
+// 2^x by the SFU, subnormal results flushed to 0 (exp2f adds a range fix-up per call; a
+// probability below 2^-126 of the row's running max adds nothing to O or l in fp32).
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One tile's online softmax for warpgroup 0's thread: rows h = 0, 1 (16 wiw + g + 8 h), tokens
+// j0 + 8 n + 2 tq + e in sv[4 n + 2 h + e]; skv[2 n + e] their s_k. S in, P (exp2(x - m) s_k,
+// unscaled) out; the running max, sum and sigma updated, gamma and 1 / sigma of the tile out.
+// kMasked: keys at or past lim[h] are masked (the boundary tiles); interior tiles skip the tests.
+template <bool kMasked>
+__device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float (&skv)[16], const int (&lim)[2],
+                                                    int j0, int tq, const float (&rowf)[2], float (&m_run)[2],
+                                                    float (&l_run)[2], float (&sig)[2], float (&gamma)[2],
+                                                    float (&inv)[2]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  float tmax[2] = {neg_inf, neg_inf};
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
+    const float x = (sv[i] * skv[e]) * rowf[h];
+    sv[i] = (!kMasked || j0 + jj < lim[h]) ? x : neg_inf;
+    tmax[h] = fmaxf(tmax[h], sv[i]);
+  }
+  float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    const float m_new = fmaxf(m_run[h], tmax[h]);
+    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+    alpha[h] = ex2_ftz(m_run[h] - m_use[h]);
+    m_run[h] = m_new;
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
+    const bool live = !kMasked || j0 + jj < lim[h];
+    const float pv = live ? ex2_ftz(sv[i] - m_use[h]) : 0.f;
+    psum[h] += pv;
+    const float pp = live ? pv * skv[e] : 0.f;
+    amax[h] = fmaxf(amax[h], pp);
+    sv[i] = pp;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+    const float sg = amax[h] > 0.f ? amax[h] / quant::kFp8CacheMax : sig[h];
+    inv[h] = 1.f / sg;
+    gamma[h] = alpha[h] * (sig[h] * inv[h]);
+    l_run[h] = l_run[h] * gamma[h] + psum[h] * inv[h];
+    sig[h] = sg;
+  }
+}
+
+// P8^T [row][token] (128-byte rows and swizzle, 64 token bytes used) of the thread's two rows
+// at buffer pbuf: P / sigma rounded to E4M3 (saturating), two tokens per store.
+__device__ __forceinline__ void store_p8t(const float (&sv)[32], const float (&inv)[2], uint32_t pbuf,
+                                          const int (&lrow)[2], int tq) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lrow[h], tok = 8 * n + 2 * tq;
+      const uint16_t v = __nv_cvt_float2_to_fp8x2(make_float2(sv[4 * n + 2 * h] * inv[h], sv[4 * n + 2 * h + 1] * inv[h]),
+                                                  __NV_SATFINITE, __NV_E4M3);
+      sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
+    }
+}
+
+// The end of a segment for the thread's two rows: fin[2 r] = 1 / l, fin[2 r + 1] = the LSE
+// (m + log2(sigma l)) ln 2; an empty row (l = 0) gets 0 and -inf.
+__device__ __forceinline__ void write_fin(float* fin, const int (&lrow)[2], const float (&m_run)[2],
+                                          const float (&l_run)[2], const float (&sig)[2], int tq) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (tq == 0) {
+      const bool empty = l == 0.f;
+      fin[2 * lrow[h]] = empty ? 0.f : 1.f / l;
+      fin[2 * lrow[h] + 1] = empty ? neg_inf : (m_run[h] + log2f(sig[h] * l)) * detail::kLn2;
+    }
+  }
+}
+
+}  // namespace mla::kernels::fp8
