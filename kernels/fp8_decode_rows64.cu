@@ -17,8 +17,6 @@
 // sigma = amax / 448, O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
-#include <cstdlib>
-
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
 #include "kernels/fp8_decode_device.cuh"
@@ -287,14 +285,6 @@ void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int 
 }  // namespace
 
 void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  static const bool seesaw = [] {  // EXPERIMENT (A/B in one device call; removed before commit)
-    const char* e = std::getenv("MLA_FP8_SEESAW");
-    return e != nullptr && e[0] == '1';
-  }();
-  if (seesaw) {
-    launch_rows64_seesaw(p, w, parts, stream);
-    return;
-  }
   if (p.d_r == 64) launch_dc<64>(p, w, parts, stream);
   else launch_dc<32>(p, w, parts, stream);
 }

@@ -1,6 +1,6 @@
 #pragma once
-// The softmax side of the FP8 64-row split kernels (kernels/fp8_decode_rows64.cu,
-// kernels/fp8_decode_seesaw.cu): S [64 rows x 64 tokens] in a wgmma m64n64 accumulator, each
+// The softmax side of the FP8 64-row split kernel (kernels/fp8_decode_rows64.cu, warpgroup 0):
+// S [64 rows x 64 tokens] in a wgmma m64n64 accumulator, each
 // thread holding rows 16 wiw + g + 8 h (h = 0, 1) at tokens 8 n + 2 tq + e in register
 // 4 n + 2 h + e. The online softmax of one tile, P8^T into its shared-memory buffer, the rows'
 // factors in the P.V threads' order, and the end of a segment's rows (1/l, LSE).
