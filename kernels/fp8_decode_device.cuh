@@ -1,7 +1,8 @@
 #pragma once
-// Device pieces shared by the two FP8 split kernels (kernels/fp8_decode.cu: 64-row blocks;
-// kernels/fp8_decode_narrow.cu: <= 32 rows, transposed products): descriptors, byte packing, the
-// producer's bulk-copy loop over a CTA's tiles and the query's load into shared memory.
+// Device pieces shared by the two FP8 split kernels (kernels/fp8_decode_rows64.cu: 64-row
+// blocks; kernels/fp8_decode_narrow.cu: <= 32 rows, transposed S): descriptors, byte packing, the
+// producer's bulk-copy loop over a CTA's tiles, the query's load into shared memory, and the P.V
+// warpgroups' transposed product O^T = V8^T P8^T (both kernels).
 #include <cuda_fp8.h>
 
 #include "kernels/decode_device.cuh"

@@ -1,8 +1,8 @@
 // The FP8 split kernel for requests of <= 32 query rows (s_q H: H <= 16 at s_q = 2, H <= 32 at
 // s_q = 1), called by fp8_decode (kernels/fp8_decode.cu) between the scheduler and the combine.
 //
-// The 64-row kernel puts query rows in wgmma's M (64 rows: 48 of them empty at H = 16) and builds
-// V^T in shared memory. Here the products are transposed so the rows are wgmma's N (16 or 32):
+// The 64-row kernel (fp8_decode_rows64.cu) puts query rows in wgmma's M (64 rows: 48 of them
+// empty at H = 16). Here both products are transposed so the rows are wgmma's N (16 or 32):
 //   S^T [64 tokens x N] = K8 Q8^T + K_rope Q_rope^T   A = the cache tile exactly as it lands (its
 //                                                     rows are tokens, K-major), B = the query;
 //   O^T [d_c x N] = O^T gamma + V8^T P8^T            A = V^T built in registers from the tile
