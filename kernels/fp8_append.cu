@@ -8,6 +8,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "core/error.hpp"
@@ -83,6 +84,68 @@ __global__ void fp8_append_kernel(const Fp8AppendParams p) {
   for (int b = blockIdx.y; b < p.batch; b += gridDim.y) append_token(p, i, b, lane);
 }
 
+// The query's rows when d_c and d_r are multiples of 8: the row is read once into registers as
+// 16-byte vectors (at most kMaxVec per lane: d_c + d_r <= 8 * 32 * kMaxVec) and written as
+// 8-byte (latent) and 16-byte (RoPE) vectors; the arithmetic of encode_row, element for element.
+constexpr int kMaxVec = 3;
+__global__ void fp8_query_vec_kernel(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
+                                     float* q_scale) {
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const size_t rr = static_cast<size_t>(r);
+  const int nv = (d_c + d_r) / 8, nvc = d_c / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(q + rr * (d_c + d_r));
+  uint4 v[kMaxVec];
+  float amax = 0.f;
+  bool finite = true;
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    v[k] = j < nv ? src[j] : make_uint4(0u, 0u, 0u, 0u);
+    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float x = bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1))));
+      finite = finite && isfinite(x);
+      if (j < nvc) amax = fmaxf(amax, fabsf(x));
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  finite = __all_sync(0xffffffffu, finite);
+  const float s = finite ? __fdiv_rn(fmaxf(amax, quant::kFp8CacheTiny), quant::kFp8CacheMax)
+                         : __uint_as_float(quant::kFp8PoisonScaleBits);
+#pragma unroll
+  for (int k = 0; k < kMaxVec; ++k) {
+    const int j = lane + 32 * k;
+    if (j >= nv) continue;
+    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+    if (j < nvc) {  // 8 latent values -> 8 E4M3 bytes
+      uint32_t b[2] = {0u, 0u};
+      if (finite) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float x = __fdiv_rn(bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1)))), s);
+          b[e >> 2] |= static_cast<uint32_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) << (8 * (e & 3));
+        }
+      }
+      *reinterpret_cast<uint2*>(q8 + rr * d_c + 8 * j) = make_uint2(b[0], b[1]);
+    } else {  // 8 RoPE values -> 8 BF16
+      uint32_t o[4] = {0u, 0u, 0u, 0u};
+      if (finite) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const __nv_bfloat16 x = __float2bfloat16_rn(
+              __fdiv_rn(bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1)))), s));
+          o[e >> 1] |= static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&x)) << (16 * (e & 1));
+        }
+      }
+      *reinterpret_cast<uint4*>(q_rope + rr * d_r + 8 * (j - nvc)) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
+  if (lane == 0) q_scale[r] = s;
+}
+
 __global__ void fp8_query_kernel(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
                                  float* q_scale) {
   const int lane = threadIdx.x & 31;
@@ -118,8 +181,15 @@ void fp8_quantize_query(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* 
   if (!q || !q8 || !q_rope || !q_scale) throw InputError("fp8 query quantisation: a pointer is null");
   if (rows < 1) throw InputError("fp8 query quantisation: rows = " + std::to_string(rows) + " (must be >= 1)");
   if (d_c < 1 || d_r < 0) throw InputError("fp8 query quantisation: d_c = " + std::to_string(d_c) + ", d_r = " + std::to_string(d_r));
-  fp8_query_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8,
-                                                                                                     q_rope, q_scale);
+  const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  // The vector kernel needs 16-byte aligned rows (d_c, d_r multiples of 8; the buffers' bases)
+  // and at most kMaxVec vectors per lane.
+  const bool aligned = reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(q8) % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(q_rope) % 16 == 0;
+  if (aligned && d_c % 8 == 0 && d_r % 8 == 0 && d_c + d_r <= 8 * 32 * kMaxVec)
+    fp8_query_vec_kernel<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8, q_rope, q_scale);
+  else
+    fp8_query_kernel<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8, q_rope, q_scale);
   cuda::check(cudaGetLastError(), "fp8 query quantisation launch");
 }
 
