@@ -19,14 +19,6 @@ __device__ __forceinline__ void sts16(uint32_t addr, uint16_t v) {
 // accumulator columns (8 j + 2 tq + e, c = 2 j + e) as 16 consecutive floats at 16 tq + c.
 __device__ __forceinline__ int gam_index(int r) { return ((r >> 1) & 3) * 16 + (r >> 3) * 2 + (r & 1); }
 
-// 2^x by the SFU, subnormal results flushed to 0 (exp2f adds a range fix-up per call; a
-// probability below 2^-126 of the row's running max adds nothing to O or l in fp32).
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // One tile's online softmax for warpgroup 0's thread: rows h = 0, 1 (16 wiw + g + 8 h), tokens
 // j0 + 8 n + 2 tq + e in sv[4 n + 2 h + e]; skv[2 n + e] their s_k. S in, P (exp2(x - m) s_k,
 // unscaled) out; the running max, sum and sigma updated, gamma and 1 / sigma of the tile out.
@@ -52,14 +44,14 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
     tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
     const float m_new = fmaxf(m_run[h], tmax[h]);
     m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-    alpha[h] = ex2_ftz(m_run[h] - m_use[h]);
+    alpha[h] = detail::ex2_ftz(m_run[h] - m_use[h]);
     m_run[h] = m_new;
   }
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
     const bool live = !kMasked || j0 + jj < lim[h];
-    const float pv = live ? ex2_ftz(sv[i] - m_use[h]) : 0.f;
+    const float pv = live ? detail::ex2_ftz(sv[i] - m_use[h]) : 0.f;
     psum[h] += pv;
     const float pp = live ? pv * skv[e] : 0.f;
     amax[h] = fmaxf(amax[h], pp);
