@@ -169,15 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int pb = it_ & 1;
         const uint32_t pbuf = sP + pb * C::kP;
         detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it_ - 2 is done with buffer pb
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = lrow[h], tok = 8 * n + 2 * tq;
-            const uint16_t v = __nv_cvt_float2_to_fp8x2(
-                make_float2(sv[4 * n + 2 * h] * inv[h], sv[4 * n + 2 * h + 1] * inv[h]), __NV_SATFINITE, __NV_E4M3);
-            sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
-          }
+        store_p8t(sv, inv, pbuf, lrow, tq);
         if (tq == 0) {  // in the P.V threads' order (gam_index)
           gam[pb * kRows + gam_index(lrow[0])] = gamma[0];
           gam[pb * kRows + gam_index(lrow[1])] = gamma[1];
@@ -195,17 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         finish(sv, ti, it++);
       }
       // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of the thread's two rows ----
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float l = l_run[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        if (tq == 0) {
-          const bool empty = l == 0.f;
-          fin[2 * lrow[h]] = empty ? 0.f : 1.f / l;
-          fin[2 * lrow[h] + 1] = empty ? neg_inf : (m_run[h] + log2f(sig[h] * l)) * detail::kLn2;
-        }
-      }
+      write_fin(fin, lrow, m_run, l_run, sig, tq);
       detail::named_bar_arrive(kBarFin, kConsumers);
     }
     // the last phase of each buffer that warpgroups 1-2 opened
