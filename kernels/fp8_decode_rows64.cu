@@ -10,8 +10,11 @@
 //        rescale factors into one of two buffers;
 //   warpgroups 1 and 2: O^T [d_c / 2 channels x 64 rows] = O^T gamma + V8^T P8^T (wgmma
 //        m64n64k32 e4m3, A = V^T built in registers from the tile, B = P^T), each owning d_c / 2
-//        channels (fp8_decode_device.cuh: vt_fragments, pv_rescale_mma);
+//        channels (fp8_decode_device.cuh: vt_fragments_ks, pv_rescale, pv_mma_ks), one 32-token
+//        k-step's fragments at a time;
 //   warpgroup 3: one thread issues the bulk copies into the stage ring (4 stages at d_c = 512).
+// Registers (setmaxnreg): 136 for warpgroup 0, 176 for each P.V warpgroup (128 accumulators; at
+// 168 ptxas serialises their wgmmas), 24 for the producer: the 64K of the SM exactly.
 // Numerics: the rounding points of the twin (quant/fp8_decode_twin) and of the narrow kernel:
 // logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
 // sigma = amax / 448, O and l in units of the current sigma.
