@@ -148,6 +148,24 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
 __device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
 __host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
 
+// A P.V thread's channels: the P.V warpgroup pv (0 or 1) owns channels pv d_c / 2 ..; thread
+// (warp wiw, g) of it holds CPT = 2 NB contiguous ones from c0: accumulator row (block mb,
+// 16 wiw + g + 8 h) is channel c0 + 2 mb + h. cofs and chunk locate them in a tile's rows.
+struct PvChannels {
+  int c0;
+  uint32_t cofs;  // column block and byte within the 128-byte row
+  int chunk;      // 16-byte chunk before the swizzle
+};
+template <int DC>
+__device__ __forceinline__ PvChannels pv_channels(int pv, int wiw, int g) {
+  constexpr int kCPT = 2 * (DC / 128);
+  PvChannels c;
+  c.c0 = pv * (DC / 2) + (8 * wiw + g) * kCPT;
+  c.cofs = (c.c0 >> 7) * 8192 + (c.c0 & 15);
+  c.chunk = (c.c0 & 127) >> 4;
+  return c;
+}
+
 // V^T A fragments of k-step ks (tokens 32 ks .. 32 ks + 31) of the tile in stage `st` for the
 // channels at the thread's column offset `cofs` (block and byte within the 128-byte row) and
 // swizzle chunk `chunk`. The 8-bit m64k32 A fragment: register v1 + 2 v2 holds row

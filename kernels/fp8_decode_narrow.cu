@@ -40,7 +40,6 @@ constexpr int kNThreads = 512;
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
-  static constexpr int kCPT = 2 * kNB;           // contiguous channels per thread
   static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (DC == 512 ? 4 : 6);  // ring stages
   static constexpr int kR = FP4 ? (DC == 512 && DR == 64 && N == 32 ? 3 : 4) : 0;  // raw FP4 stages
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
@@ -255,10 +254,10 @@ __global__ void __launch_bounds__(kNThreads, 1)
     } else {
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
       constexpr int NB = C::kNB;
-      // Accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h.
-      const int c0 = (wg - 1) * (DC / 2) + (8 * wiw + g) * C::kCPT;
-      const uint32_t cofs = (c0 >> 7) * 8192 + (c0 & 15);
-      const int chunk = (c0 & 127) >> 4;
+      const PvChannels pc = pv_channels<DC>(wg - 1, wiw, g);
+      const int c0 = pc.c0;
+      const uint32_t cofs = pc.cofs;
+      const int chunk = pc.chunk;
       float acc[NB][N / 2];
 #pragma unroll
       for (int mb = 0; mb < NB; ++mb)

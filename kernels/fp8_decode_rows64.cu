@@ -35,7 +35,6 @@ constexpr int kThreads = 512, kConsumers = 384, kRows = 64;
 template <int DC, int DR>
 struct RCfg {
   static constexpr int kNB = DC / 128;  // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
-  static constexpr int kCPT = 2 * kNB;  // contiguous channels per thread
   static constexpr int kRB = 2 * DR;    // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
   static constexpr uint32_t kRSbo = 8 * kRB;
@@ -205,10 +204,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_segment_query(b);
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
       constexpr int NB = C::kNB;
-      // Accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h.
-      const int c0 = (wg - 1) * (DC / 2) + (8 * wiw + g) * C::kCPT;
-      const uint32_t cofs = (c0 >> 7) * 8192 + (c0 & 15);
-      const int chunk = (c0 & 127) >> 4;
+      const PvChannels pc = pv_channels<DC>(wg - 1, wiw, g);
+      const int c0 = pc.c0;
+      const uint32_t cofs = pc.cofs;
+      const int chunk = pc.chunk;
       float acc[NB][kRows / 2];
 #pragma unroll
       for (int mb = 0; mb < NB; ++mb)
