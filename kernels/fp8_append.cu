@@ -22,6 +22,19 @@ constexpr int kWarpsPerBlock = 4;
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
+// The row's scale and one value's code: the twin's operations (IEEE divisions, E4M3 with round
+// to nearest even and saturation, BF16 round to nearest even). Shared by both row encoders.
+__device__ __forceinline__ float row_scale(float amax) {
+  return __fdiv_rn(fmaxf(amax, quant::kFp8CacheTiny), quant::kFp8CacheMax);
+}
+__device__ __forceinline__ uint8_t latent_code(float x, float s) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, s), __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ uint16_t rope_bits(float x, float s) {
+  const __nv_bfloat16 r = __float2bfloat16_rn(__fdiv_rn(x, s));
+  return *reinterpret_cast<const uint16_t*>(&r);
+}
+
 // Encodes one row (src: d_c + d_r bf16) with the 32 lanes of a warp; the callbacks store the
 // latent byte i, the rope value i (bf16 bits) and the scale.
 template <class StoreX, class StoreR, class StoreS>
@@ -42,15 +55,9 @@ __device__ void encode_row(const uint16_t* src, int d_c, int d_r, int lane, Stor
     if (lane == 0) store_s(__uint_as_float(quant::kFp8PoisonScaleBits));
     return;
   }
-  const float s = __fdiv_rn(fmaxf(amax, quant::kFp8CacheTiny), quant::kFp8CacheMax);
-  for (int i = lane; i < d_c; i += 32) {
-    const float q = __fdiv_rn(bf16_bits_to_float(src[i]), s);
-    store_x(i, static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3)));
-  }
-  for (int i = lane; i < d_r; i += 32) {
-    const __nv_bfloat16 r = __float2bfloat16_rn(__fdiv_rn(bf16_bits_to_float(src[d_c + i]), s));
-    store_r(i, *reinterpret_cast<const uint16_t*>(&r));
-  }
+  const float s = row_scale(amax);
+  for (int i = lane; i < d_c; i += 32) store_x(i, latent_code(bf16_bits_to_float(src[i]), s));
+  for (int i = lane; i < d_r; i += 32) store_r(i, rope_bits(bf16_bits_to_float(src[d_c + i]), s));
   if (lane == 0) store_s(s);
 }
 
@@ -86,7 +93,8 @@ __global__ void fp8_append_kernel(const Fp8AppendParams p) {
 
 // The query's rows when d_c and d_r are multiples of 8: the row is read once into registers as
 // 16-byte vectors (at most kMaxVec per lane: d_c + d_r <= 8 * 32 * kMaxVec) and written as
-// 8-byte (latent) and 16-byte (RoPE) vectors; the arithmetic of encode_row, element for element.
+// 8-byte (latent) and 16-byte (RoPE) vectors; encode_row's arithmetic (row_scale, latent_code,
+// rope_bits), element for element.
 constexpr int kMaxVec = 3;
 __global__ void fp8_query_vec_kernel(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
                                      float* q_scale) {
@@ -113,8 +121,7 @@ __global__ void fp8_query_vec_kernel(const uint16_t* q, int rows, int d_c, int d
   }
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   finite = __all_sync(0xffffffffu, finite);
-  const float s = finite ? __fdiv_rn(fmaxf(amax, quant::kFp8CacheTiny), quant::kFp8CacheMax)
-                         : __uint_as_float(quant::kFp8PoisonScaleBits);
+  const float s = finite ? row_scale(amax) : __uint_as_float(quant::kFp8PoisonScaleBits);
 #pragma unroll
   for (int k = 0; k < kMaxVec; ++k) {
     const int j = lane + 32 * k;
@@ -125,8 +132,8 @@ __global__ void fp8_query_vec_kernel(const uint16_t* q, int rows, int d_c, int d
       if (finite) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const float x = __fdiv_rn(bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1)))), s);
-          b[e >> 2] |= static_cast<uint32_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) << (8 * (e & 3));
+          const float x = bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1))));
+          b[e >> 2] |= static_cast<uint32_t>(latent_code(x, s)) << (8 * (e & 3));
         }
       }
       *reinterpret_cast<uint2*>(q8 + rr * d_c + 8 * j) = make_uint2(b[0], b[1]);
@@ -135,9 +142,8 @@ __global__ void fp8_query_vec_kernel(const uint16_t* q, int rows, int d_c, int d
       if (finite) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          const __nv_bfloat16 x = __float2bfloat16_rn(
-              __fdiv_rn(bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1)))), s));
-          o[e >> 1] |= static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&x)) << (16 * (e & 1));
+          const float x = bf16_bits_to_float(static_cast<uint16_t>(w[e >> 1] >> (16 * (e & 1))));
+          o[e >> 1] |= static_cast<uint32_t>(rope_bits(x, s)) << (16 * (e & 1));
         }
       }
       *reinterpret_cast<uint4*>(q_rope + rr * d_r + 8 * (j - nvc)) = make_uint4(o[0], o[1], o[2], o[3]);
