@@ -39,6 +39,8 @@ def parse_args():
     ap.add_argument("--no-peer", action="store_true", help="time ours only (FlashMLA not importable)")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--only", help="run just this shape (any suite's name, e.g. h128_sq1_l8k), for profilers")
+    ap.add_argument("--base-lib", help="a second build of ours (e.g. the commit before a change), timed in the "
+                    "same interleaved run; prints its time, base / ours, and whether the outputs are bit-identical")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy / GEMM ceilings (profiler runs)")
     return ap.parse_args()
 
@@ -205,6 +207,7 @@ def main():
     args = parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ours = Ours(args.lib)
+    base = Ours(args.base_lib) if args.base_lib else None
     timer = Timer()
     peer_ok = not args.no_peer
     if peer_ok:
@@ -229,7 +232,8 @@ def main():
             sys.exit(f"--only {args.only}: no such shape (see suite())")
     for idx, (name, our_shape, peer_shape) in enumerate(shapes):
         try:
-            results["shapes"][name] = run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok)
+            results["shapes"][name] = run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok,
+                                                base)
         except Exception as e:  # report and go on with the other shapes
             print(f"{name:<26} FAILED: {e}", flush=True)
             results["shapes"][name] = {"error": str(e)}
@@ -239,7 +243,7 @@ def main():
             json.dump(results, f, indent=1)
 
 
-def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok):
+def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok, base=None):
     """Times one shape (ours, and FlashMLA on its peer shape); returns its figures."""
     B, H, sq, dc, L = our_shape
     mine = Case(B, H, sq, dc, 64, L, 64, seed=1000 + idx)
@@ -257,6 +261,16 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
             o2, l2 = fns[1]()
             torch.cuda.synchronize()
             check = f"out rel_l2 {rel_l2(o1, o2):.1e}, lse max|d| {(l1 - l2.transpose(1, 2)).abs().max().item():.1e}"
+    if base is not None:  # last in fns: the peer stays at index 1
+        run_base, _ = base.prepare(mine, args.variant)
+        o1, l1 = run_ours()
+        o1, l1 = o1.clone(), l1.clone()
+        o2, l2 = run_base()
+        torch.cuda.synchronize()
+        same = torch.equal(o1.view(torch.int16), o2.view(torch.int16)) and torch.equal(l1, l2)
+        check += (", " if check else "") + ("base: bit-identical" if same else
+                                            f"base: DIFFERS (out rel_l2 {rel_l2(o1, o2):.1e})")
+        fns.append(run_base)
     med, rng = interleaved(timer, fns, args.runs, args.warmup)
     floor, bound = roofline(mine, ceil)
     row = {"ours_shape": our_shape, "ours_us": med[0], "ours_range_us": rng[0], "parts": parts,
@@ -269,6 +283,9 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
                     "flashmla_floor_us": pfloor, "flashmla_frac_floor": pfloor / med[1],
                     "ratio_flashmla_over_ours": med[1] / med[0], "check": check})
         line += f" {med[1]:11.1f} {100 * pfloor / med[1]:9.1f}% {med[1] / med[0]:8.2f}x  {check}"
+    if base is not None:
+        row.update({"base_us": med[-1], "base_range_us": rng[-1], "ratio_base_over_ours": med[-1] / med[0]})
+        line += f"  | base {med[-1]:.1f} us, base / ours {med[-1] / med[0]:.3f}"
     print(line, flush=True)
     return row
 
