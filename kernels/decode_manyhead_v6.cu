@@ -120,24 +120,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
-    // Warpgroup 0 issues S of a tile right behind its P.V of the previous one (one wgmma
-    // drain per tile); the first tile's S here.
-#pragma unroll
-    for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);  // zeroed before S is in flight (C7515)
-    if (wg == 0 && t < stop) issue_s64(sv, sQ, wait_tile(it, t), nk);
     for (int ti = t; ti < stop; ++ti, ++it) {
       const int stage = it % S;
       const uint32_t tile = sK + stage * stage_bytes;
       float alpha[2] = {1.f, 1.f};
       if (wg == 0) {
         const int j0 = ti * kTileTokens;
-        gmma::wait<0>();  // this warpgroup's P.V of the previous tile and S of this one are done
+        gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
 #pragma unroll
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
         if (pending >= 0) release(pending);
         pending = -1;
+        compute_s64(sv, sQ, wait_tile(it, ti), nk);
         softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll
@@ -184,7 +178,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_ss_n64_tb(acc, da, dv);
       }
       gmma::commit();
-      if (wg == 0 && ti + 1 < stop) issue_s64(sv, sQ, wait_tile(it + 1, ti + 1), nk);
       pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
     }
     // ---- epilogue ----
