@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         if (pending >= 0) release(pending);
         pending = -1;
-        compute_s64(sv, sQ, wait_tile(it, ti), nk);
+        compute_s64_dc<DC>(sv, sQ, wait_tile(it, ti), nk);
         softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     for (int ti = t; ti < stop; ++ti, ++it) {
       const uint32_t tile = sK + (it % S) * stage_bytes;
       const int j0 = ti * kTileTokens;
-      compute_s64(sv, myQ, wait_tile(it, ti), nk);
+      compute_s64_dc<DC>(sv, myQ, wait_tile(it, ti), nk);
       float alpha[2];
       softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
 #pragma unroll

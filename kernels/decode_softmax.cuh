@@ -11,21 +11,44 @@ namespace mla::kernels::detail {
 // 16, wgmma m64n64k16. sv is in flight until the caller's wgmma.wait covers this group.
 // The first k-step overwrites the accumulators (no zeroing instructions, which would make ptxas
 // serialise the wgmma pipeline while another group of this warpgroup is in flight).
+// NK > 0: nk known at compile time, the loop unrolled and every k-step's descriptors one add of
+// an immediate. With nk at run time (NK = 0) ptxas rebuilds each descriptor through ~15
+// instructions and a move to uniform registers, and the wgmmas issue slower than the tensor
+// cores run them (ncu on v7, docs/gpu-notes.md).
+template <int NK>
 __device__ __forceinline__ void issue_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
   const uint64_t dq = gmma_desc(sq, 16, 1024), dk = gmma_desc(tile, 16, 1024);
   gmma::fence();
-  for (int kk = 0; kk < nk; ++kk) {
-    const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;  // block kk / 4, 32-byte step within it
-    gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off), kk > 0 ? 1 : 0);
+  if constexpr (NK > 0) {
+    gmma::wgmma_ss_n64_first(sv, dq, dk);
+#pragma unroll
+    for (int kk = 1; kk < NK; ++kk) {
+      const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;  // block kk / 4, 32-byte step within it
+      gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off));
+    }
+  } else {
+    gmma::wgmma_ss_n64_first(sv, dq, dk);
+    for (int kk = 1; kk < nk; ++kk) {
+      const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
+      gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off));
+    }
   }
   gmma::commit();
 }
 // The same, completed.
+template <int NK>
 __device__ __forceinline__ void compute_s64(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
-  issue_s64(sv, sq, tile, nk);
+  issue_s64<NK>(sv, sq, tile, nk);
   gmma::wait<0>();
 #pragma unroll
   for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+}
+// S at d_c = DC: unrolled at d_r = 64 (DeepSeek's, Kimi-K2's and every TPLA slice's), the
+// run-time loop for any other d_r.
+template <int DC>
+__device__ __forceinline__ void compute_s64_dc(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
+  if (nk == (DC + 64) / 16) compute_s64<(DC + 64) / 16>(sv, sq, tile, nk);
+  else compute_s64<0>(sv, sq, tile, nk);
 }
 // Online softmax of one tile of S held as NV accumulators (wgmma m64n(NV/2) layout: this
 // thread's rows g and g + 8 of its warp's 16, columns 8 n + 2 tq + {0, 1}, tile columns from

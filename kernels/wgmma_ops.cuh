@@ -4,7 +4,8 @@
 // script (one asm per shape); bf16 inputs, fp32 accumulators, scale-d = 1 (D += A B) unless noted.
 //   wgmma_rs_nN:   D[64xN]   += A[64x16] (4 regs, bf16x2)     * B[16xN]  (smem desc, MN-major: tnspB = 1)
 //   wgmma_ss_n64:  D[64x64]  += A (smem desc, K-major) * B (smem desc, K-major)          (S = Q K^T;
-//                  accumulate = 0: D = A B, the accumulators' old values ignored)
+//                  accumulate = 0: D = A B, the accumulators' old values ignored;
+//                  wgmma_ss_n64_first: D = A B with the accumulators as outputs only)
 //   wgmma_ss_nN_tb: D[64xN]  += A (smem desc, K-major) * B (smem desc, MN-major, tnspB)  (v6: O += P V)
 #include <cstdint>
 
@@ -37,6 +38,15 @@ __device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t desc_a, ui
       "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// The first k-step of an unrolled S: D = A B (scale-d 0), the accumulators written only ("=f"),
+// so the compiler defines none of them between the wgmmas of the group (C7515).
+__device__ __forceinline__ void wgmma_ss_n64_first(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(0));
 }
 
 __device__ __forceinline__ void wgmma_ss_n64_tb(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
