@@ -20,6 +20,8 @@ using quant::kPartInfoInts;
 constexpr int kTileTokens = 64;  // tokens per K tile (the twin's tile on this path)
 
 constexpr int kV7Stages = 3;
+// Named barriers: 1 + wg (Q load), 3 + wg (zeroed tail rows), kTurn + wg (turn order).
+constexpr int kTurn = 5;
 
 template <int DC>
 struct V7Cfg {
@@ -75,6 +77,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     const int tok = min(my_row[h] / p.heads, p.s_q - 1);
     lim_off[h] = p.s_q - 1 - tok;
   }
+  // Turn order on the tensor cores: warpgroup w issues its wgmmas after bar.sync on barrier
+  // kTurn + w, which the other warpgroup arrives at once it has issued its own; warpgroup 1
+  // starts by passing the first turn to 0. Both walk the same tiles, so both take the same
+  // number of turns; warpgroup 0 takes 1's last pass after the loop.
+  auto turn_wait = [&] { named_bar_sync(kTurn + wg, 256); };
+  auto turn_pass = [&] { named_bar_arrive(kTurn + 1 - wg, 256); };
+  if (wg == 1) named_bar_arrive(kTurn, 256);
   int split = in[4];
   int it = 0;
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -104,14 +113,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       __syncwarp();
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
-    float sv[32];        // S, then P (fp32) of the current tile
-    uint32_t pa[4][4];   // P as wgmma A fragments, one per 16-token k-step
-    for (int ti = t; ti < stop; ++ti, ++it) {
-      const uint32_t tile = sK + (it % S) * stage_bytes;
-      const int j0 = ti * kTileTokens;
-      compute_s64_dc<DC>(sv, myQ, wait_tile(it, ti), nk);
-      float alpha[2];
-      softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+    float sv[32];       // S, then P (fp32) of the current tile
+    uint32_t pa[4][4];  // P as wgmma A fragments, one per 16-token k-step
+    float alpha[2];
+    // S of tile ti_ is done: its softmax, P packed into pa.
+    auto finish_s = [&](int ti_) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
+      softmax_tile(sv, ti_ * kTileTokens, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         const int n0 = 2 * ks, n1 = 2 * ks + 1;
@@ -120,6 +129,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
         pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
       }
+    };
+    // The first tile's S on its own turn (a segment always has a tile unless L = 0).
+    if (t < stop) {
+      const uint32_t tile0 = wait_tile(it, t);
+      turn_wait();
+      issue_s64_dc<DC>(sv, myQ, tile0, nk);
+      turn_pass();
+      gmma::wait<0>();
+      finish_s(t);
+    }
+    for (int ti = t; ti < stop; ++ti, ++it) {
+      const uint32_t tile = sK + (it % S) * stage_bytes;
+      const bool more = ti + 1 < stop;
       if (alpha[0] != 1.f || alpha[1] != 1.f) {
 #pragma unroll
         for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
@@ -130,6 +152,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+      const uint32_t next = more ? wait_tile(it + 1, ti + 1) : 0u;
+      // ---- this warpgroup's turn: O += P V of tile ti, then S of tile ti + 1, one wait ----
+      turn_wait();
       const uint64_t dv0 = gmma_desc(tile, 8192, 1024);
       gmma::fence();
 #pragma unroll
@@ -139,16 +164,17 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         else gmma::wgmma_rs_n128(acc, pa[ks], dv);
       }
       gmma::commit();
+      if (more) issue_s64_dc<DC>(sv, myQ, next, nk);
+      turn_pass();
       gmma::wait<0>();
       release(it);
 #pragma unroll
       for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-#pragma unroll
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
         for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+      if (more) finish_s(ti + 1);
     }
     // ---- epilogue: this warpgroup's rows, all d_c columns ----
 #pragma unroll
@@ -164,6 +190,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                 [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, inv, lse, tq == 0);
     }
   }
+  if (wg == 0) named_bar_sync(kTurn, 256);
 }
 
 template <int DC>

@@ -43,6 +43,12 @@ __device__ __forceinline__ void compute_s64(float (&sv)[32], uint32_t sq, uint32
 #pragma unroll
   for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
 }
+// Issue only (the caller waits), unrolled at d_r = 64 as compute_s64_dc.
+template <int DC>
+__device__ __forceinline__ void issue_s64_dc(float (&sv)[32], uint32_t sq, uint32_t tile, int nk) {
+  if (nk == (DC + 64) / 16) issue_s64<(DC + 64) / 16>(sv, sq, tile, nk);
+  else issue_s64<0>(sv, sq, tile, nk);
+}
 // S at d_c = DC: unrolled at d_r = 64 (DeepSeek's, Kimi-K2's and every TPLA slice's), the
 // run-time loop for any other d_r.
 template <int DC>
