@@ -3,8 +3,10 @@
 // Each consumer warpgroup owns 64 rows and the whole d_c (O: 64 x d_c fp32 in registers), so
 // the two warpgroups never exchange anything: each runs S = Q K^T (wgmma m64n64k16 from shared
 // memory), the online softmax, and O += P V with P from registers (wgmma m64n(d_c)k16, V
-// MN-major) on the same K tile; while one runs its softmax the other's wgmmas keep the tensor
-// cores busy. One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
+// MN-major) on the same K tile. Each issues P.V of tile i and S of tile i + 1 back to back and
+// waits once, and the two take turns issuing (two named barriers), so one warpgroup's softmax
+// runs under the other's wgmmas (FlashAttention-3's ping-pong; without the turns both ran in
+// step, docs/gpu-notes.md). One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
 // its half-size cache once instead of once per 64-row block (v6). Tile 64 as v6 and the twin.
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
