@@ -74,6 +74,7 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
   const detail::Workspace w = detail::carve(po);
   decode_schedule_on_device(p.seqlens, p.batch, kT, parts, w.info, w.offsets, stream);
   if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream, fp4_cache);
+  else if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
   else fp8::launch_rows64(p, w, parts, stream);
   detail::launch_combine(po, w, stream);
 }

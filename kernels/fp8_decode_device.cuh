@@ -284,6 +284,10 @@ __device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, f
 // The 64-row kernel's launch (kernels/fp8_decode_rows64.cu): rows = s_q heads > kNarrowRows.
 void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
 
+// The TPLA-slice kernel's launch (kernels/fp8_decode_pair.cu): d_c <= 256 and rows > 64
+// (quant::fp8_decode_uses_pair), 128-row blocks.
+void launch_pair(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
+
 // The narrow kernel's launch (kernels/fp8_decode_narrow.cu): rows = s_q heads <= kNarrowRows.
 // fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile.
 constexpr int kNarrowRows = 32;

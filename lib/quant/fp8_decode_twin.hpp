@@ -54,8 +54,14 @@ struct Fp8DecodeParams {
   MLA_FP8_HD Fp8CacheLayout layout() const { return Fp8CacheLayout{page_size, d_c, d_r}; }
 };
 
+// The GPU's TPLA-slice kernel (d_c <= 256, more than one 64-row block) takes 128-row blocks:
+// each of its warpgroups owns 64 rows and all d_c channels, so one tile feeds 128 rows.
+inline bool fp8_decode_uses_pair(const Fp8DecodeParams& p) {
+  return p.d_c <= 256 && p.s_q * p.heads > kFp8DecodeRowsPerBlock;
+}
 inline int fp8_decode_row_blocks(const Fp8DecodeParams& p) {
-  return (p.s_q * p.heads + kFp8DecodeRowsPerBlock - 1) / kFp8DecodeRowsPerBlock;
+  const int per = fp8_decode_uses_pair(p) ? 2 * kFp8DecodeRowsPerBlock : kFp8DecodeRowsPerBlock;
+  return (p.s_q * p.heads + per - 1) / per;
 }
 // Default split-KV parts on a device of sm_count SMs: one CTA per SM over all row blocks.
 inline int fp8_decode_default_parts(int sm_count, const Fp8DecodeParams& p) {

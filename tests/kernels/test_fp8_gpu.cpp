@@ -320,6 +320,9 @@ TEST(Fp8Gpu, LongContext64K) {
   check_case(c, "L=64K H16", /*with_f64=*/false);
   Fp8Case d = make(2, 1, 128, 512, 64, 128, {65536, 3000}, 18);
   check_case(d, "L=64K H128", /*with_f64=*/false);
+  // The TPLA-slice kernel (d_c <= 256, 128-row blocks) over a 64K request.
+  Fp8Case e = make(2, 1, 128, 256, 64, 64, {65536, 777}, 19);
+  check_case(e, "L=64K H128 d_c256", /*with_f64=*/false);
 }
 
 TEST(Fp8Gpu, CudaGraphCapture) {
