@@ -3,8 +3,9 @@
 // scheduler (the BF16 decode's, 64-token tiles), a split kernel and the LSE combine (the BF16
 // decode's). Requests of <= 32 query rows (s_q H) take the narrow split kernel
 // (kernels/fp8_decode_narrow.cu: transposed products, no 64-row padding); more rows take the
-// 64-row kernel (kernels/fp8_decode_rows64.cu). Both compute P.V as O^T = V8^T P8^T with V^T
-// built in registers (FP8 wgmma cannot transpose an 8-bit operand; docs/formats/kv-fp8.md).
+// 64-row kernel (kernels/fp8_decode_rows64.cu), or at d_c <= 256 (TPLA slices) the 128-row
+// kernel (kernels/fp8_decode_pair.cu). All compute P.V as O^T = V8^T P8^T with V^T built in
+// registers (FP8 wgmma cannot transpose an 8-bit operand; docs/formats/kv-fp8.md).
 #include "kernels/fp8_decode.hpp"
 
 #include <string>
