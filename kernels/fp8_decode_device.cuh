@@ -113,6 +113,20 @@ __device__ __forceinline__ void produce_tiles(const quant::Fp8DecodeParams& p, c
   }
 }
 
+// The stage ring's mbarriers (full[s] at bar0 + 8 s: the producer's expect_tx; empty[s] at
+// bar0 + 8 (S + s): one arrive from each of `releasers` consumer warps), initialised by thread 0
+// and visible to the whole CTA on return.
+__device__ __forceinline__ void init_stage_ring(uint32_t bar0, int stages, int releasers) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      detail::mbar_init(bar0 + 8 * s, 1);
+      detail::mbar_init(bar0 + 8 * (stages + s), releasers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
 // Query rows [row0, row0 + R) of request b (zeros past `rows`) into shared memory in the
 // K-major swizzled layouts wgmma reads: q8 as DC / 128 column blocks of R x 128 B (128-byte
 // swizzle), q_rope as R rows of 2 DR bytes (128- or 64-byte swizzle). Threads t of n.

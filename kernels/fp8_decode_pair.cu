@@ -68,14 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t bar0 = sSmall + 2 * C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const uint32_t sValid = bar0 + 16 * S;          // valid tokens of the tile in stage s (producer-written)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      detail::mbar_init(bar0 + 8 * s, 1);       // the producer's expect_tx
-      detail::mbar_init(bar0 + 8 * (S + s), 8);  // every consumer warp releases a stage
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_stage_ring(bar0, S, 8);  // every consumer warp releases a stage
   const int32_t* in = info + blockIdx.y * quant::kPartInfoInts;  // grid: detail::split_grid
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -108,21 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto wait_full = [&](int it_) { detail::mbar_wait(bar0 + 8 * (it_ % S), (it_ / S) & 1); };
   float sv[32];  // S, then P (fp32) of a tile
   // S of the tile in ring slot it_ (arrived) into sv: issued and committed, not waited for.
-  auto issue_s = [&](int it_) {
-    const uint32_t st = sSt + (it_ % S) * C::kStage;
-    const uint64_t dt = desc_sw(st, 1024, 1), dtr = desc_sw(st + 64 * DC, C::kRSbo, C::kRMode);
-    gmma::fence();
-    ss_e4m3_n64_first(sv, dq, dt);
-#pragma unroll
-    for (int kk = 1; kk < DC / 32; ++kk) {
-      const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
-      ss_e4m3_n64(sv, detail::gmma_desc_at(dq, off), detail::gmma_desc_at(dt, off));
-    }
-#pragma unroll
-    for (int kk = 0; kk < DR / 16; ++kk)
-      gmma::wgmma_ss_n64(sv, detail::gmma_desc_at(dqr, kk * 32), detail::gmma_desc_at(dtr, kk * 32));
-    gmma::commit();
-  };
+  auto issue_s = [&](int it_) { issue_s_rows64<DC, DR>(sv, dq, dqr, sSt + (it_ % S) * C::kStage); };
 
   int split = in[4];
   int it = 0;
@@ -157,25 +136,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t st = sSt + stage * C::kStage;
       const int j0 = ti_ * kT;
       const int valid = static_cast<int>(lds32(sValid + 4 * stage));
-      float skv[16];  // s_k of this thread's 16 tokens (8 n + 2 tq + e)
-      const uint32_t skp = st + 64 * (DC + C::kRB);
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const uint2 k2 = lds64(skp + 4 * (8 * n + 2 * tq));
-        skv[2 * n] = __uint_as_float(k2.x);
-        skv[2 * n + 1] = __uint_as_float(k2.y);
-      }
+      float skv[16];
+      load_skv<DC, DR>(st, tq, skv);
       const int lim[2] = {min(L - lim_off[0], j0 + valid), min(L - lim_off[1], j0 + valid)};
       float gamma[2], inv[2];
-      if (j0 + kT <= min(lim[0], lim[1]))
-        softmax_tile_rows64<false>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
-      else
-        softmax_tile_rows64<true>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
-      store_p8t(sv, inv, myP, lrow, tq);
-      if (tq == 0) {  // in the P.V threads' order (gam_index)
-        gam[gam_index(lrow[0])] = gamma[0];
-        gam[gam_index(lrow[1])] = gamma[1];
-      }
+      softmax_tile_any(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+      store_p8t_gamma(sv, inv, gamma, myP, gam, lrow, tq);
       detail::fence_proxy_async();             // P^T (generic stores) is read by wgmma
       detail::named_bar_sync(kBarP + wg, 128);  // and gamma by every thread of the warpgroup
     };

@@ -70,14 +70,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      detail::mbar_init(bar0 + 8 * s, 1);        // the producer's expect_tx
-      detail::mbar_init(bar0 + 8 * (S + s), 12);  // every consumer warp releases a stage
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_stage_ring(bar0, S, 12);  // every consumer warp releases a stage
   const int32_t* in = info + blockIdx.y * quant::kPartInfoInts;  // grid: detail::split_grid
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -128,18 +121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = it_ % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it_ / S) & 1);
-        const uint64_t dt = desc_sw(st, 1024, 1), dtr = desc_sw(st + 64 * DC, C::kRSbo, C::kRMode);
-        gmma::fence();
-        ss_e4m3_n64_first(acc, dq, dt);
-#pragma unroll
-        for (int kk = 1; kk < DC / 32; ++kk) {
-          const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
-          ss_e4m3_n64(acc, detail::gmma_desc_at(dq, off), detail::gmma_desc_at(dt, off));
-        }
-#pragma unroll
-        for (int kk = 0; kk < DR / 16; ++kk)
-          gmma::wgmma_ss_n64(acc, detail::gmma_desc_at(dqr, kk * 32), detail::gmma_desc_at(dtr, kk * 32));
-        gmma::commit();
+        issue_s_rows64<DC, DR>(acc, dq, dqr, st);
       };
       // Softmax of tile ti_ (ring slot it_) from its finished S in sv; P8^T and gamma out.
       auto finish = [&](float (&sv)[32], int ti_, int it_) {
@@ -151,31 +133,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         // s_k of this thread's 16 tokens (8 n + 2 tq + e); then the stage is free for us.
         float skv[16];
-        const uint32_t skp = st + 64 * (DC + C::kRB);
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const uint2 k2 = lds64(skp + 4 * (8 * n + 2 * tq));
-          skv[2 * n] = __uint_as_float(k2.x);
-          skv[2 * n + 1] = __uint_as_float(k2.y);
-        }
+        load_skv<DC, DR>(st, tq, skv);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         // ---- online softmax, s_k folded into P, P re-quantised per row and tile ----
         const int lim[2] = {min(L - lim_off[0], j0 + valid), min(L - lim_off[1], j0 + valid)};
         float gamma[2], inv[2];
-        if (j0 + kT <= min(lim[0], lim[1]))
-          softmax_tile_rows64<false>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
-        else
-          softmax_tile_rows64<true>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+        softmax_tile_any(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
         // ---- P8^T [row][token] (128-byte rows and swizzle) and gamma into buffer it_ & 1 ----
         const int pb = it_ & 1;
-        const uint32_t pbuf = sP + pb * C::kP;
         detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it_ - 2 is done with buffer pb
-        store_p8t(sv, inv, pbuf, lrow, tq);
-        if (tq == 0) {  // in the P.V threads' order (gam_index)
-          gam[pb * kRows + gam_index(lrow[0])] = gamma[0];
-          gam[pb * kRows + gam_index(lrow[1])] = gamma[1];
-        }
+        store_p8t_gamma(sv, inv, gamma, sP + pb * C::kP, gam + pb * kRows, lrow, tq);
         detail::fence_proxy_async();
         detail::named_bar_arrive(kBarFull + pb, kConsumers);
       };

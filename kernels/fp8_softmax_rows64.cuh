@@ -7,6 +7,9 @@
 #include <cuda_fp8.h>
 
 #include "kernels/decode_device.cuh"
+#include "kernels/fp8_decode_device.cuh"
+#include "kernels/fp8_wgmma.cuh"
+#include "kernels/wgmma_ops.cuh"
 #include "quant/fp8_decode_twin.hpp"
 
 namespace mla::kernels::fp8 {
@@ -69,6 +72,49 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
   }
 }
 
+// One tile's softmax, masked only where a row's limit falls inside the tile (interior tiles skip
+// the tests; the same arithmetic either way).
+__device__ __forceinline__ void softmax_tile_any(float (&sv)[32], const float (&skv)[16], const int (&lim)[2], int j0,
+                                                 int tq, const float (&rowf)[2], float (&m_run)[2], float (&l_run)[2],
+                                                 float (&sig)[2], float (&gamma)[2], float (&inv)[2]) {
+  if (j0 + kT <= min(lim[0], lim[1]))
+    softmax_tile_rows64<false>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+  else
+    softmax_tile_rows64<true>(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+}
+
+// S [64 rows x 64 tokens] of the tile in stage st into acc: Q8 K8^T (e4m3, m64n64k32, the first
+// k-step write-only) + Q_rope K_rope^T (bf16, m64n64k16); dq, dqr the query's descriptors.
+// Issued and committed; the caller waits.
+template <int DC, int DR>
+__device__ __forceinline__ void issue_s_rows64(float (&acc)[32], uint64_t dq, uint64_t dqr, uint32_t st) {
+  constexpr int kRB = 2 * DR;
+  const uint64_t dt = desc_sw(st, 1024, 1), dtr = desc_sw(st + 64 * DC, 8 * kRB, kRB == 128 ? 1 : 2);
+  gmma::fence();
+  ss_e4m3_n64_first(acc, dq, dt);
+#pragma unroll
+  for (int kk = 1; kk < DC / 32; ++kk) {
+    const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
+    ss_e4m3_n64(acc, detail::gmma_desc_at(dq, off), detail::gmma_desc_at(dt, off));
+  }
+#pragma unroll
+  for (int kk = 0; kk < DR / 16; ++kk)
+    gmma::wgmma_ss_n64(acc, detail::gmma_desc_at(dqr, kk * 32), detail::gmma_desc_at(dtr, kk * 32));
+  gmma::commit();
+}
+
+// s_k of the thread's 16 tokens (8 n + 2 tq + e) of the tile in stage st.
+template <int DC, int DR>
+__device__ __forceinline__ void load_skv(uint32_t st, int tq, float (&skv)[16]) {
+  const uint32_t skp = st + 64 * (DC + 2 * DR);
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const uint2 k2 = lds64(skp + 4 * (8 * n + 2 * tq));
+    skv[2 * n] = __uint_as_float(k2.x);
+    skv[2 * n + 1] = __uint_as_float(k2.y);
+  }
+}
+
 // P8^T [row][token] (128-byte rows and swizzle, 64 token bytes used) of the thread's two rows
 // at buffer pbuf: P / sigma rounded to E4M3 (saturating), two tokens per store.
 __device__ __forceinline__ void store_p8t(const float (&sv)[32], const float (&inv)[2], uint32_t pbuf,
@@ -82,6 +128,16 @@ __device__ __forceinline__ void store_p8t(const float (&sv)[32], const float (&i
                                                   __NV_SATFINITE, __NV_E4M3);
       sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
     }
+}
+
+// P8^T into pbuf and the rows' gamma into gam in the P.V threads' order (gam_index).
+__device__ __forceinline__ void store_p8t_gamma(const float (&sv)[32], const float (&inv)[2], const float (&gamma)[2],
+                                                uint32_t pbuf, float* gam, const int (&lrow)[2], int tq) {
+  store_p8t(sv, inv, pbuf, lrow, tq);
+  if (tq == 0) {
+    gam[gam_index(lrow[0])] = gamma[0];
+    gam[gam_index(lrow[1])] = gamma[1];
+  }
 }
 
 // The end of a segment for the thread's two rows: fin[2 r] = 1 / l, fin[2 r + 1] = the LSE
