@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call for an A/B of a kernel change against the tree before it, in the same call:
+# the base is this tree with $PATCH reversed (make it here with `git diff BASE -- kernels lib
+# > .carry/x.patch` and carry .carry; untracked new files need `git add -N` first). Builds both
+# (capi libraries; the GPU tests of this tree), runs the tests, then
+#  - peer_flashmla.py --base-lib for each BF16 suite in $SUITES: ours, the base and FlashMLA
+#    interleaved in one process (the base's outputs checked bit-identical or not);
+#  - with FP8_ONLY (comma-separated peer_fp8.py shape names): new and base FP8 builds alternated
+#    in separate processes, twice each.
+# Usage (GPU machine, repo root, .peer and .carry carried):
+#   OUT=dir PATCH=.carry/x.patch [SUITES=manyhead] [FP8_ONLY=B128_H128_sq1_L8k_dc256,...]
+#   [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/mla-out}
+: "${PATCH:?PATCH=file (the change to reverse for the base)}"
+TESTS=${TESTS:-test_kernels_decode_gpu}
+mkdir -p "$OUT"
+T0=$(date +%s)
+(bash tools/mla-bench/peer_unpack.sh > "$OUT/peer.log" 2>&1; echo "peer rc=$?" >> "$OUT/peer.log") &
+rm -rf /tmp/base-src && mkdir -p /tmp/base-src
+tar --exclude=./.peer --exclude=./.git --exclude='./build*' -cf - . | tar -C /tmp/base-src -xf -
+(cd /tmp/base-src && patch -s -R -p1 < "$OLDPWD/$PATCH") || { echo "patch -R $PATCH failed"; exit 1; }
+LIBS="mla_decode_capi"; [ -n "${FP8_ONLY:-}" ] && LIBS="$LIBS mla_fp8_capi"
+cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/cfg.log" 2>&1 || { tail "$OUT/cfg.log"; exit 1; }
+cmake -S /tmp/base-src -B /tmp/bb -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/cfgb.log" 2>&1 ||
+  { tail "$OUT/cfgb.log"; exit 1; }
+cmake --build /tmp/bb -j6 --target $LIBS > "$OUT/buildb.log" 2>&1 &
+bpid=$!
+cmake --build /tmp/b -j12 --target $LIBS $TESTS > "$OUT/build.log" 2>&1 ||
+  { grep -E "error" "$OUT/build.log" | head; tail -20 "$OUT/build.log"; exit 1; }
+wait $bpid || { tail -30 "$OUT/buildb.log"; exit 1; }
+echo "builds done $(( $(date +%s) - T0 )) s"
+for t in $TESTS; do
+  timeout 200 /tmp/b/tests/kernels/$t > "$OUT/$t.log" 2>&1; echo "$t rc=$?"
+  grep -E "^\[  (PASSED|FAILED)|Failure" "$OUT/$t.log" | head -8
+done
+wait
+tail -1 "$OUT/peer.log"
+export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+for s in ${SUITES:-manyhead}; do
+  timeout 300 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
+    --base-lib /tmp/bb/tools/mla-bench/libmla_decode_capi.so --suite "$s" --json "$OUT/ab_$s.json" 2>&1 | tee "$OUT/ab_$s.log"
+done
+if [ -n "${FP8_ONLY:-}" ]; then
+  for lib in /tmp/b /tmp/bb /tmp/b /tmp/bb; do
+    echo "=== FP8: $([ $lib = /tmp/b ] && echo this tree || echo base)"
+    timeout 150 python3 tools/mla-bench/peer_fp8.py --lib $lib/tools/mla-bench/libmla_fp8_capi.so --only "$FP8_ONLY" 2>&1 |
+      grep -v "^device"
+  done
+fi
+echo "total $(( $(date +%s) - T0 )) s"
