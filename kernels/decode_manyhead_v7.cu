@@ -6,8 +6,9 @@
 // MN-major) on the same K tile. Each issues P.V of tile i and S of tile i + 1 back to back and
 // waits once, and the two take turns issuing (two named barriers), so one warpgroup's softmax
 // runs under the other's wgmmas (FlashAttention-3's ping-pong; without the turns both ran in
-// step, docs/gpu-notes.md). One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA rank reads
-// its half-size cache once instead of once per 64-row block (v6). Tile 64 as v6 and the twin.
+// step, docs/gpu-notes.md). One K tile (64 tokens, 3-stage TMA ring) feeds 128 rows, so a TPLA
+// rank reads its half-size cache once instead of once per 64-row block (v6). Tile 64 as v6 and
+// the twin.
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
