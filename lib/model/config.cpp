@@ -160,7 +160,11 @@ YarnScaling parse_yarn(const nlohmann::json& obj, const std::string& where, cons
   const double orig = number("original_max_position_embeddings",
                              static_cast<double>(max_position_embeddings > 0 ? max_position_embeddings : 4096),
                              false, true);
-  if (orig != std::floor(orig)) r.bad_value(key("original_max_position_embeddings"), value_or_null(obj, "original_max_position_embeddings"), "expected an integer");
+  // An integer that fits int64_t exactly (the reader's bound for integers given as numbers); a
+  // larger value would make the cast below undefined (found by fuzz_config_json: 1.67e95).
+  if (orig != std::floor(orig) || orig > 9.0e15)
+    r.bad_value(key("original_max_position_embeddings"), value_or_null(obj, "original_max_position_embeddings"),
+                "expected an integer");
   y.original_max_position_embeddings = static_cast<int64_t>(orig);
   // transformers only warns about this (the ramp runs the other way); so do we.
   if (y.beta_slow > y.beta_fast)

@@ -255,6 +255,12 @@ TEST(Config, Errors) {
   j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 20}};
   expect_error(j, {"rope_parameters.factor", "20"});
   j = base;
+  j["rope_scaling"]["original_max_position_embeddings"] = 1.66667e95;  // fuzz_config_json's find
+  expect_error(j, {"rope_scaling.original_max_position_embeddings", "integer"});
+  j = base;
+  j["rope_scaling"]["original_max_position_embeddings"] = 4096.5;
+  expect_error(j, {"rope_scaling.original_max_position_embeddings", "4096.5", "integer"});
+  j = base;
   j["rms_norm_eps"] = 0;
   expect_error(j, {"rms_norm_eps", "0"});
   j = base;
