@@ -157,15 +157,14 @@ YarnScaling parse_yarn(const nlohmann::json& obj, const std::string& where, cons
   if (auto it = obj.find("attention_factor"); it != obj.end() && !it->is_null())
     r.bad_value(key("attention_factor"), *it,
                 "an explicit YaRN attention factor is not implemented (the factor comes from mscale / mscale_all_dim)");
-  const double orig = number("original_max_position_embeddings",
-                             static_cast<double>(max_position_embeddings > 0 ? max_position_embeddings : 4096),
-                             false, true);
-  // An integer that fits int64_t exactly (the reader's bound for integers given as numbers); a
-  // larger value would make the cast below undefined (found by fuzz_config_json: 1.67e95).
-  if (orig != std::floor(orig) || orig > 9.0e15)
-    r.bad_value(key("original_max_position_embeddings"), value_or_null(obj, "original_max_position_embeddings"),
-                "expected an integer");
-  y.original_max_position_embeddings = static_cast<int64_t>(orig);
+  // An integer: read by the reader's integer rule (integral floats accepted, in range), not as a
+  // number cast afterwards (fuzz_config_json's 1.67e95 made that cast undefined).
+  y.original_max_position_embeddings = max_position_embeddings > 0 ? max_position_embeddings : 4096;
+  if (auto it = obj.find("original_max_position_embeddings"); it != obj.end() && !it->is_null()) {
+    y.original_max_position_embeddings = r.int_value(key("original_max_position_embeddings"), *it);
+    if (y.original_max_position_embeddings <= 0)
+      r.bad_value(key("original_max_position_embeddings"), *it, "must be a finite number > 0");
+  }
   // transformers only warns about this (the ramp runs the other way); so do we.
   if (y.beta_slow > y.beta_fast)
     r.warn(key("beta_slow"), std::string("(").append(std::to_string(y.beta_slow)).append(") exceeds beta_fast (")
