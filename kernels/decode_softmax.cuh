@@ -56,6 +56,26 @@ __device__ __forceinline__ void compute_s64_dc(float (&sv)[32], uint32_t sq, uin
   if (nk == (DC + 64) / 16) compute_s64<(DC + 64) / 16>(sv, sq, tile, nk);
   else compute_s64<0>(sv, sq, tile, nk);
 }
+// The running-max step of an online softmax for a thread's two rows (each row spread over the 4
+// threads of a quad): tmax holds this thread's part of the tile's row maxima. Reduces it over the
+// quad, updates m_run, and gives alpha = exp2(old m - new m) (the factor for O and l) and m_use,
+// the max the tile's exponentials subtract (0 for a row still all -inf). exp2fn: exp2f on the
+// BF16 paths, ex2.approx.ftz on the FP8 ones.
+template <class Exp2>
+__device__ __forceinline__ void row_max_step(float (&tmax)[2], float (&m_run)[2], float (&m_use)[2],
+                                             float (&alpha)[2], Exp2 exp2fn) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
+    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
+    const float m_new = fmaxf(m_run[h], tmax[h]);
+    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
+    alpha[h] = exp2fn(m_run[h] - m_use[h]);
+    m_run[h] = m_new;
+  }
+}
+
 // Online softmax of one tile of S held as NV accumulators (wgmma m64n(NV/2) layout: this
 // thread's rows g and g + 8 of its warp's 16, columns 8 n + 2 tq + {0, 1}, tile columns from
 // token j0): scale into base 2, causal/length mask, running max/sum update (rows live in one
@@ -82,15 +102,7 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
     }
   }
   float m_use[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-    const float m_new = fmaxf(m_run[h], tmax[h]);
-    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-    alpha[h] = exp2f(m_run[h] - m_use[h]);
-    m_run[h] = m_new;
-  }
+  row_max_step(tmax, m_run, m_use, alpha, [](float x) { return exp2f(x); });
   float lsum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < NV; ++i) {

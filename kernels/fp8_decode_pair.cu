@@ -135,10 +135,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int stage = it_ % S;
       const uint32_t st = sSt + stage * C::kStage;
       const int j0 = ti_ * kT;
-      const int valid = static_cast<int>(lds32(sValid + 4 * stage));
       float skv[16];
-      load_skv<DC, DR>(st, tq, skv);
-      const int lim[2] = {min(L - lim_off[0], j0 + valid), min(L - lim_off[1], j0 + valid)};
+      int lim[2];
+      softmax_inputs<DC, DR>(st, sValid + 4 * stage, j0, L, lim_off, tq, skv, lim);
       float gamma[2], inv[2];
       softmax_tile_any(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
       store_p8t_gamma(sv, inv, gamma, myP, gam, lrow, tq);

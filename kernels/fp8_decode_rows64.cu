@@ -130,14 +130,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = it_ % S;
         const uint32_t st = sSt + stage * C::kStage;
         const int j0 = ti_ * kT;
-        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
-        // s_k of this thread's 16 tokens (8 n + 2 tq + e); then the stage is free for us.
         float skv[16];
-        load_skv<DC, DR>(st, tq, skv);
-        __syncwarp();
+        int lim[2];
+        softmax_inputs<DC, DR>(st, sValid + 4 * stage, j0, L, lim_off, tq, skv, lim);
+        __syncwarp();  // then the stage is free for us
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         // ---- online softmax, s_k folded into P, P re-quantised per row and tile ----
-        const int lim[2] = {min(L - lim_off[0], j0 + valid), min(L - lim_off[1], j0 + valid)};
         float gamma[2], inv[2];
         softmax_tile_any(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
         // ---- P8^T [row][token] (128-byte rows and swizzle) and gamma into buffer it_ & 1 ----

@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/decode_device.cuh"
+#include "kernels/decode_softmax.cuh"
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_wgmma.cuh"
 #include "kernels/wgmma_ops.cuh"
@@ -41,15 +42,7 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
     tmax[h] = fmaxf(tmax[h], sv[i]);
   }
   float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
-    tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-    const float m_new = fmaxf(m_run[h], tmax[h]);
-    m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
-    alpha[h] = detail::ex2_ftz(m_run[h] - m_use[h]);
-    m_run[h] = m_new;
-  }
+  detail::row_max_step(tmax, m_run, m_use, alpha, [](float x) { return detail::ex2_ftz(x); });
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
@@ -113,6 +106,18 @@ __device__ __forceinline__ void load_skv(uint32_t st, int tq, float (&skv)[16]) 
     skv[2 * n] = __uint_as_float(k2.x);
     skv[2 * n + 1] = __uint_as_float(k2.y);
   }
+}
+
+// The inputs of one tile's softmax for the thread's two rows, read from shared memory before the
+// stage can be released: s_k of its 16 tokens (8 n + 2 tq + e) and each row's key limit (its
+// causal end in the request or the tile's valid tokens, whichever comes first).
+template <int DC, int DR>
+__device__ __forceinline__ void softmax_inputs(uint32_t st, uint32_t valid_addr, int j0, int L,
+                                               const int (&lim_off)[2], int tq, float (&skv)[16], int (&lim)[2]) {
+  const int valid = static_cast<int>(lds32(valid_addr));
+  load_skv<DC, DR>(st, tq, skv);
+  lim[0] = min(L - lim_off[0], j0 + valid);
+  lim[1] = min(L - lim_off[1], j0 + valid);
 }
 
 // P8^T [row][token] (128-byte rows and swizzle, 64 token bytes used) of the thread's two rows
