@@ -261,7 +261,9 @@ __global__ void __launch_bounds__(kKv4Threads, 1)
 // read and dequantise the cache once per block (functional for any head count, fast only for
 // <= 16 rows). One CTA per SM in all: the parts share the SMs among the row blocks.
 inline int kv4_row_blocks(const quant::Bf16DecodeParams& p) { return (p.s_q * p.heads + 15) / 16; }
-inline int kv4_default_parts(const quant::Bf16DecodeParams& p) { return std::max(1, cuda::sm_count() / kv4_row_blocks(p)); }
+inline int kv4_default_parts(const quant::Bf16DecodeParams& p) {
+  return quant::decode_balanced_parts(std::max(1, cuda::sm_count() / kv4_row_blocks(p)), p.batch);
+}
 
 template <int DC, bool CODEBOOK>
 void launch_kv4(const Kv4DecodeParams& kp, const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {

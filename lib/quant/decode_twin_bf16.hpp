@@ -218,12 +218,29 @@ MLA_HD inline void compute_decode_schedule(const int32_t* seqlens, int batch, in
 }
 
 
+// Split-KV parts for `slots` CTAs that run at once (a part per CTA) and `batch` requests. A
+// part boundary inside a request splits it: the split kernel writes fp32 partials and starts one
+// more segment, and the combine merges them. With every slot a part, a batch a little below the
+// slot count (B = 128 on 132 SMs) has nearly every request cut in two. So when a multiple of the
+// batch keeps at least 90% of the slots busy, that many parts: requests of equal length are then
+// never cut by a boundary. On an H100 (docs/gpu-notes.md, "Split parts a multiple of the batch")
+// this took 2-10% off the FP8 decode, the memory-bound BF16 path and the TPLA slices at B = 128.
+// A batch above the slot count keeps every slot: a divisor of it (two requests a part) gained
+// at 4-8K but lost 1-3% at 32K on the math-bound path, where an idle SM costs its share.
+inline int decode_balanced_parts(int slots, int batch) {
+  if (slots < 1) return 1;
+  if (batch < 1 || batch > slots) return slots;
+  const int parts = slots / batch * batch;
+  return 10LL * parts >= 9LL * slots ? parts : slots;
+}
+
 // Default number of parts for p on a device with sm_count multiprocessors: CTAs per SM times
-// SMs, shared by the row blocks of p's path (decode_tile_config_for: v7 has fewer, larger ones).
+// SMs, shared by the row blocks of p's path (decode_tile_config_for: v7 has fewer, larger ones),
+// fitted to the batch by decode_balanced_parts.
 inline int decode_default_parts(int sm_count, const Bf16DecodeParams& p) {
   const DecodeTileConfig c = decode_tile_config_for(p);
-  const int parts = sm_count * c.ctas_per_sm / c.row_blocks;
-  return parts > 0 ? parts : 1;
+  const int slots = sm_count * c.ctas_per_sm / c.row_blocks;
+  return decode_balanced_parts(slots > 0 ? slots : 1, p.batch);
 }
 
 // Upper bound on splits: each of the num_parts - 1 part boundaries cuts at most one request.

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/decode_twin_bf16.hpp"
 #include "quant/fp8_cache_layout.hpp"
 
 namespace mla::quant {
@@ -63,10 +64,11 @@ inline int fp8_decode_row_blocks(const Fp8DecodeParams& p) {
   const int per = fp8_decode_uses_pair(p) ? 2 * kFp8DecodeRowsPerBlock : kFp8DecodeRowsPerBlock;
   return (p.s_q * p.heads + per - 1) / per;
 }
-// Default split-KV parts on a device of sm_count SMs: one CTA per SM over all row blocks.
+// Default split-KV parts on a device of sm_count SMs: one CTA per SM over all row blocks,
+// fitted to the batch (decode_balanced_parts).
 inline int fp8_decode_default_parts(int sm_count, const Fp8DecodeParams& p) {
-  const int parts = sm_count / fp8_decode_row_blocks(p);
-  return parts > 0 ? parts : 1;
+  const int slots = sm_count / fp8_decode_row_blocks(p);
+  return decode_balanced_parts(slots > 0 ? slots : 1, p.batch);
 }
 
 // Throws mla::InputError naming the field for an unsupported shape, null pointer or scale.

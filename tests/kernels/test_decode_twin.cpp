@@ -83,6 +83,55 @@ TEST(DecodeSchedule, LongRequestIsSplitShortOnesAreNot) {
   EXPECT_LE(max_tiles, (1000 + 7) / 16 + 2 * quant::kFixedCost + 2);
 }
 
+// Default parts fitted to the batch: a multiple of it when that keeps >= 90% of the slots busy,
+// else every slot.
+TEST(DecodeSchedule, BalancedPartsFitTheBatch) {
+  using quant::decode_balanced_parts;
+  EXPECT_EQ(decode_balanced_parts(132, 128), 128);  // B = 128 on 132 SMs: one part per request
+  EXPECT_EQ(decode_balanced_parts(132, 64), 128);   // two per request
+  EXPECT_EQ(decode_balanced_parts(132, 120), 120);
+  EXPECT_EQ(decode_balanced_parts(132, 44), 132);   // 3 x 44
+  EXPECT_EQ(decode_balanced_parts(132, 100), 132);  // 100 would idle 24% of the SMs
+  EXPECT_EQ(decode_balanced_parts(132, 45), 132);   // 90 likewise
+  EXPECT_EQ(decode_balanced_parts(132, 1), 132);
+  EXPECT_EQ(decode_balanced_parts(264, 128), 256);  // two CTAs per SM
+  EXPECT_EQ(decode_balanced_parts(66, 128), 66);    // a batch above the slots: every slot
+  EXPECT_EQ(decode_balanced_parts(132, 200), 132);
+  EXPECT_EQ(decode_balanced_parts(132, 131), 131);  // a prime: one part per request, one SM idle
+  EXPECT_EQ(decode_balanced_parts(132, 0), 132);
+  EXPECT_EQ(decode_balanced_parts(0, 5), 1);
+  for (int slots : {1, 7, 33, 66, 132, 264})
+    for (int batch = 1; batch <= 600; ++batch) {
+      const int parts = decode_balanced_parts(slots, batch);
+      ASSERT_GE(parts, 1);
+      ASSERT_LE(parts, slots) << "slots " << slots << " batch " << batch;
+      ASSERT_GE(10 * parts, 9 * slots) << "slots " << slots << " batch " << batch;
+    }
+}
+
+// With those parts, equal-length requests are all cut alike: the same split count each, at most
+// parts / batch. The default before (all 132 slots) cut most requests of B = 128 in two.
+TEST(DecodeSchedule, BalancedPartsCutNoRequest) {
+  for (int batch : {8, 16, 64, 120, 128})
+    for (int tiles : {4, 60, 124, 508}) {  // n + kFixedCost divisible by 2, 4 and 8
+      const int parts = quant::decode_balanced_parts(132, batch);
+      const std::vector<int32_t> L(batch, tiles * 64);
+      std::vector<int32_t> info(parts * kPartInfoInts), off(batch + 1);
+      compute_decode_schedule(L.data(), batch, 64, parts, info.data(), off.data());
+      ASSERT_EQ(parts % batch, 0) << "batch " << batch;
+      const int per = parts / batch;
+      for (int b = 0; b < batch; ++b) {
+        ASSERT_EQ(off[b + 1] - off[b], off[1] - off[0]) << "batch " << batch << " tiles " << tiles << " request " << b;
+        ASSERT_LE(off[b + 1] - off[b], per) << "batch " << batch << " tiles " << tiles << " request " << b;
+      }
+      check_schedule(L, 64, parts);
+    }
+  std::vector<int32_t> info(132 * kPartInfoInts), off(129);
+  const std::vector<int32_t> L(128, 8192);
+  compute_decode_schedule(L.data(), 128, 64, 132, info.data(), off.data());
+  EXPECT_GT(off[128], 200);  // the old default: most of the 128 requests in two splits
+}
+
 // The workspace layout the kernels carve and decode_workspace_bytes counts: the TMA descriptor
 // first, then the schedule, then 256-byte-aligned LSE and partial-output arrays large enough for
 // the worst case of splits (every part boundary cutting a request).

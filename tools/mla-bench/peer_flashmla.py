@@ -56,12 +56,16 @@ class Ours:
                       ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
         self.err = ctypes.create_string_buffer(1024)
 
-    def prepare(self, case, variant):
+    def prepare(self, case, variant, parts_override=0):
+        """parts_override > 0: that many split parts instead of the library's default."""
         ws_bytes = ctypes.c_size_t(0)
         parts = self.lib.mla_decode_capi_parts(case.batch, case.s_q, case.heads, case.d_c, case.d_r, variant,
                                                ctypes.byref(ws_bytes))
         if parts <= 0:
             raise RuntimeError(f"mla_decode_capi_parts failed for {case.name}")
+        if parts_override > 0:  # the workspace grows with the parts (split partials): scale it up
+            ws_bytes = ctypes.c_size_t(ws_bytes.value * max(1, -(-parts_override // parts)) + (1 << 20))
+            parts = parts_override
         ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
         out = torch.empty(case.batch, case.s_q, case.heads, case.d_c, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(case.batch, case.s_q, case.heads, dtype=torch.float32, device="cuda")

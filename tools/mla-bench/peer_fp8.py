@@ -76,12 +76,16 @@ class Ours:
             raise RuntimeError(f"fp8 append: {self.err.value.decode()}")
         return cache
 
-    def prepare(self, c):
+    def prepare(self, c, parts_override=0):
+        """parts_override > 0: that many split parts instead of the library's default."""
         cache = self.build_cache(c)
         ws_bytes = ctypes.c_size_t(0)
         parts = self.lib.mla_fp8_capi_parts(c.batch, c.s_q, c.heads, c.d_c, c.d_r, ctypes.byref(ws_bytes))
         if parts <= 0:
             raise RuntimeError(f"mla_fp8_capi_parts failed for {c.name}")
+        if parts_override > 0:  # the workspace grows with the parts (split partials): scale it up
+            ws_bytes = ctypes.c_size_t(ws_bytes.value * max(1, -(-parts_override // parts)) + (1 << 20))
+            parts = parts_override
         ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
         out = torch.empty(c.batch, c.s_q, c.heads, c.d_c, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(c.batch, c.s_q, c.heads, dtype=torch.float32, device="cuda")
