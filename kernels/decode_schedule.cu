@@ -1,10 +1,9 @@
-// Split-KV scheduler: quant::compute_decode_schedule's closed form on the device (one thread
-// per request, block-wide prefix sums over chunks of kSchedThreads requests); same output as
-// the host. It also hands the wgmma paths their TMA descriptor through the workspace.
-#include <cub/block/block_scan.cuh>
-
+// Split-KV scheduler: quant::compute_decode_schedule's closed form on the device
+// (kernels/decode_schedule.cuh); same output as the host. It also hands the wgmma paths their
+// TMA descriptor through the workspace.
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
+#include "kernels/decode_schedule.cuh"
 #include "kernels/mla_decode.hpp"
 #include "kernels/tensor_map.hpp"
 
@@ -12,60 +11,18 @@ namespace mla::kernels {
 namespace detail {
 namespace {
 
-using quant::kPartInfoInts;
-
-// quant::compute_decode_schedule's closed form with one thread per request
-// (block-wide prefix sums over chunks of kSchedThreads requests). Same output as the host.
-constexpr int kSchedThreads = 512;
+// The scheduler kernel: decode_schedule_block, and the wgmma paths' TMA descriptor.
 __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
                                                                         int tile, int parts, int32_t* info,
                                                                         int32_t* offsets,
                                                                         const CUtensorMap map, CUtensorMap* map_out) {
-  using Scan = cub::BlockScan<long long, kSchedThreads>;
-  __shared__ typename Scan::TempStorage tmp;
+  __shared__ typename ScheduleScan::TempStorage tmp;
   griddep_launch_dependents();  // the split kernel may start its prologue; it waits for us
-  const int tid = threadIdx.x;
-  if (map_out != nullptr && tid == 0) {  // the wgmma path's TMA descriptor, into the workspace
+  if (map_out != nullptr && threadIdx.x == 0) {  // the wgmma path's TMA descriptor, into the workspace
     *map_out = map;
     asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
   }
-  long long mine = 0;
-  for (int b = tid; b < batch; b += kSchedThreads) mine += quant::decode_tiles(seqlens[b], tile) + quant::kFixedCost;
-  long long ignore = 0, total = 0;
-  Scan(tmp).ExclusiveSum(mine, ignore, total);
-  __syncthreads();
-  const long long per_part = (total + parts - 1) / parts;
-  long long carry_s = 0, carry_off = 0;
-  for (int base = 0; base < batch; base += kSchedThreads) {
-    const int b = base + tid;
-    const bool valid = b < batch;
-    const int n_b = valid ? quant::decode_tiles(seqlens[b], tile) : 0;
-    long long s_b = 0, agg_s = 0;
-    Scan(tmp).ExclusiveSum(valid ? static_cast<long long>(n_b + quant::kFixedCost) : 0LL, s_b, agg_s);
-    __syncthreads();
-    s_b += carry_s;
-    const long long segs =
-        valid ? quant::decode_last_part(s_b, n_b, per_part) - quant::decode_first_part(s_b, per_part) + 1 : 0;
-    long long off_b = 0, agg_off = 0;
-    Scan(tmp).ExclusiveSum(segs, off_b, agg_off);
-    __syncthreads();
-    off_b += carry_off;
-    if (valid) {
-      offsets[b] = static_cast<int32_t>(off_b);
-      quant::decode_write_parts_of_request(b, s_b, n_b, static_cast<int>(off_b), per_part, parts, info);
-    }
-    carry_s += agg_s;
-    carry_off += agg_off;
-  }
-  const long long first_empty = (total + per_part - 1) / per_part;
-  for (long long pp = first_empty + tid; pp < parts; pp += kSchedThreads)
-    quant::decode_write_tail_part(static_cast<int>(pp), batch, static_cast<int>(carry_off), info);
-  __syncthreads();
-  if (tid == 0) {
-    offsets[batch] = static_cast<int32_t>(carry_off);
-    info[(parts - 1) * kPartInfoInts + 2] = batch;
-    info[(parts - 1) * kPartInfoInts + 3] = 0;
-  }
+  decode_schedule_block(seqlens, batch, tile, parts, info, offsets, tmp);
 }
 
 // The cache as a 2-D tensor [num_pages * page_size rows, d_c + d_r] bf16; box 64 columns x

@@ -1,7 +1,7 @@
 // FP8 paged decode (fp8_decode.hpp): the host entry points. Checks the parameters, carves the
-// workspace (the BF16 decode's layout), quantises the query when given in BF16, and launches the
-// scheduler (the BF16 decode's, 64-token tiles), a split kernel and the LSE combine (the BF16
-// decode's). Requests of <= 32 query rows (s_q H) take the narrow split kernel
+// workspace (the BF16 decode's layout), and launches the scheduler (the BF16 decode's, 64-token
+// tiles; with a BF16 query, one prologue launch that also quantises it), a split kernel and the
+// LSE combine (the BF16 decode's). Requests of <= 32 query rows (s_q H) take the narrow split kernel
 // (kernels/fp8_decode_narrow.cu: transposed products, no 64-row padding); more rows take the
 // 64-row kernel (kernels/fp8_decode_rows64.cu), or at d_c <= 256 (TPLA slices) the 128-row
 // kernel (kernels/fp8_decode_pair.cu). All compute P.V as O^T = V8^T P8^T with V^T built in
@@ -12,8 +12,9 @@
 
 #include "core/error.hpp"
 #include "kernels/decode_launch.hpp"
-#include "kernels/fp8_append.hpp"
+#include "kernels/decode_schedule.cuh"
 #include "kernels/fp8_decode_device.cuh"
+#include "kernels/fp8_encode.cuh"
 #include "kernels/mla_decode.hpp"
 #include "quant/fp4_cache_format.hpp"
 
@@ -39,6 +40,26 @@ quant::Bf16DecodeParams output_shim(const quant::Fp8DecodeParams& p, int parts) 
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
+// The first launch of a decode whose query comes in BF16: block 0 runs the split-KV scheduler,
+// the others quantise the query, a warp per row (fp8_quantize_query's encoders, byte for byte).
+// One launch instead of two: the quantisation kernel and its launch gap cost ~5 us a call
+// (docs/gpu-notes.md, "The FP8 prologue in one launch").
+constexpr int kPrologueRowsPerBlock = detail::kSchedThreads / 32;
+__global__ void __launch_bounds__(detail::kSchedThreads)
+    fp8_prologue_kernel(const int32_t* __restrict__ seqlens, int batch, int parts, int32_t* info, int32_t* offsets,
+                        const uint16_t* __restrict__ q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
+                        float* q_scale, bool vec) {
+  __shared__ typename detail::ScheduleScan::TempStorage tmp;
+  if (blockIdx.x == 0) {
+    detail::decode_schedule_block(seqlens, batch, kT, parts, info, offsets, tmp);
+    return;
+  }
+  const int r = (blockIdx.x - 1) * kPrologueRowsPerBlock + static_cast<int>(threadIdx.x / 32);
+  if (r >= rows) return;
+  if (vec) fp8enc::quantize_query_row_vec(q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
+  else fp8enc::quantize_query_row(q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
+}
+
 }  // namespace
 
 bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
@@ -47,19 +68,36 @@ bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
 
 int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(cuda::sm_count(), p); }
 
+Fp8QueryOffsets fp8_decode_query_offsets(const quant::Fp8DecodeParams& p) {
+  const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);
+  const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
+  Fp8QueryOffsets o;
+  o.q8 = align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
+  o.q_rope = o.q8 + align256(rows * p.d_c);
+  o.q_scale = o.q_rope + align256(rows * p.d_r * 2);
+  return o;
+}
+
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query) {
   const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);
-  size_t n = align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
-  if (with_query) {
-    const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
-    n += align256(rows * p.d_c) + align256(rows * p.d_r * 2) + align256(rows * 4);
-  }
-  return n;
+  if (!with_query) return align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
+  const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
+  return fp8_decode_query_offsets(p).q_scale + align256(rows * 4);
 }
 
 namespace {
-// fp8_decode's body; fp4_cache: p.cache holds FP4 pages for the narrow kernel's FP4 route.
-void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool fp4_cache) {
+// A BF16 query and where its quantisation goes (p.q8, q_rope, q_scale, writable).
+struct QueryToQuantise {
+  const uint16_t* q;
+  uint8_t* q8;
+  uint16_t* q_rope;
+  float* q_scale;
+};
+
+// fp8_decode's body; fp4_cache: p.cache holds FP4 pages for the narrow kernel's FP4 route;
+// qq: a BF16 query the prologue launch quantises (nullptr: p's query is already FP8).
+void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool fp4_cache,
+                 const QueryToQuantise* qq = nullptr) {
   quant::validate_fp8_decode_params(p_in);
   if (!fp8_decode_shape_supported(p_in))
     throw InputError("fp8 decode params: (d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) +
@@ -73,7 +111,16 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
                      std::to_string(need) + " for this shape; see fp8_decode_workspace_bytes)");
   const quant::Bf16DecodeParams po = output_shim(p, parts);
   const detail::Workspace w = detail::carve(po);
-  decode_schedule_on_device(p.seqlens, p.batch, kT, parts, w.info, w.offsets, stream);
+  if (qq == nullptr) {
+    decode_schedule_on_device(p.seqlens, p.batch, kT, parts, w.info, w.offsets, stream);
+  } else {
+    const int rows = p.batch * p.s_q * p.heads;
+    const bool vec = fp8enc::query_vec_ok(qq->q, qq->q8, qq->q_rope, p.d_c, p.d_r);
+    fp8_prologue_kernel<<<1 + (rows + kPrologueRowsPerBlock - 1) / kPrologueRowsPerBlock, detail::kSchedThreads, 0,
+                          stream>>>(p.seqlens, p.batch, parts, w.info, w.offsets, qq->q, rows, p.d_c, p.d_r, qq->q8,
+                                    qq->q_rope, qq->q_scale, vec);
+    cuda::check(cudaGetLastError(), "fp8 decode prologue launch (scheduler + query quantisation)", "mla decode");
+  }
   if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream, fp4_cache);
   else if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
   else fp8::launch_rows64(p, w, parts, stream);
@@ -81,26 +128,23 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
 }
 
 void decode_bf16q_impl(const quant::Fp8DecodeParams& p_in, const uint16_t* q, cudaStream_t stream, bool fp4_cache) {
+  if (q == nullptr) throw InputError("fp8 decode params: q (the bf16 query) is null");
   quant::Fp8DecodeParams p = p_in;
   if (p.num_parts == 0 && p.batch > 0 && p.heads > 0) p.num_parts = fp8_decode_parts_for_device(p);
   const size_t need = fp8_decode_workspace_bytes(p, true);
   if (p.workspace == nullptr || p.workspace_bytes < need)
     throw InputError("fp8 decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
                      std::to_string(need) + " with the query; see fp8_decode_workspace_bytes(p, true))");
-  const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
   char* ws = static_cast<char*>(p.workspace);
-  size_t off = align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, p.num_parts));
-  uint8_t* q8 = reinterpret_cast<uint8_t*>(ws + off);
-  off += align256(rows * p.d_c);
-  uint16_t* q_rope = reinterpret_cast<uint16_t*>(ws + off);
-  off += align256(rows * p.d_r * 2);
-  float* q_scale = reinterpret_cast<float*>(ws + off);
+  const Fp8QueryOffsets o = fp8_decode_query_offsets(p);
+  uint8_t* q8 = reinterpret_cast<uint8_t*>(ws + o.q8);
+  uint16_t* q_rope = reinterpret_cast<uint16_t*>(ws + o.q_rope);
+  float* q_scale = reinterpret_cast<float*>(ws + o.q_scale);
   p.q8 = q8;
   p.q_rope = q_rope;
   p.q_scale = q_scale;
-  quant::validate_fp8_decode_params(p);
-  fp8_quantize_query(q, static_cast<int>(rows), p.d_c, p.d_r, q8, q_rope, q_scale, stream);
-  decode_impl(p, stream, fp4_cache);
+  const QueryToQuantise qq{q, q8, q_rope, q_scale};
+  decode_impl(p, stream, fp4_cache, &qq);
 }
 }  // namespace
 

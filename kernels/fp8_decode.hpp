@@ -7,7 +7,8 @@
 // schedule are quant/fp8_decode_twin.hpp's (the CPU twin).
 //
 // Shapes on the GPU: heads 1..128, s_q 1..2, d_c 128/256/512, d_r 32/64, pages 64/128.
-// fp8_decode_bf16q quantises a bf16 query first (kernels/fp8_append.hpp) into the workspace.
+// fp8_decode_bf16q quantises a bf16 query into the workspace (fp8_quantize_query's encoding,
+// kernels/fp8_append.hpp) in the scheduler's launch.
 // No host synchronisation and no allocation: capturable in a CUDA graph.
 #include <cuda_runtime.h>
 
@@ -22,12 +23,20 @@ int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p);
 // Workspace bytes for p's shape (schedule, split partials); with_query also counts the
 // quantised query that fp8_decode_bf16q writes (q8, q_rope, q_scale).
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query = false);
+// Byte offsets in that workspace of the query fp8_decode_bf16q writes: q8 [rows, d_c] e4m3,
+// q_rope [rows, d_r] bf16, q_scale [rows] fp32 (rows = batch s_q heads), with p.num_parts
+// (0: the device default).
+struct Fp8QueryOffsets {
+  size_t q8, q_rope, q_scale;
+};
+Fp8QueryOffsets fp8_decode_query_offsets(const quant::Fp8DecodeParams& p);
 
 // Checks p on the host (mla::InputError naming the field), launches scheduler, split kernel and
 // combine on `stream`. p.q8 / q_rope / q_scale: the quantised query.
 void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream);
 // The same from a bf16 query q [batch, s_q, heads, d_c + d_r]: quantises it into the workspace
-// (p.q8 etc. are ignored), then fp8_decode. Needs fp8_decode_workspace_bytes(p, true).
+// (p.q8 etc. are ignored; fp8_decode_query_offsets) in the scheduler's launch, then as
+// fp8_decode. Needs fp8_decode_workspace_bytes(p, true).
 void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream);
 
 // The FP8-tensor-core route of the FP4 cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp,

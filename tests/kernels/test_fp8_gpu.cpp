@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ struct GpuResult {
   std::vector<uint16_t> out;
   std::vector<float> lse;
   int flag = 0;
+  std::vector<char> workspace;  // after the call: holds the query the prologue quantised
+  kernels::Fp8QueryOffsets query;
 };
 
 // Runs the GPU decode from the case's bf16 query (quantised on the GPU) on the case's cache.
@@ -94,8 +97,21 @@ GpuResult run_gpu(const Fp8Case& c, int parts = 0, bool graph = false) {
     kernels::fp8_decode_bf16q(p, q.ptr, nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  GpuResult r{out.download(), lse.download(), flag.download()[0]};
+  GpuResult r{out.download(), lse.download(), flag.download()[0], ws.download(), kernels::fp8_decode_query_offsets(p)};
   return r;
+}
+
+// The query fp8_decode_bf16q quantised in its prologue launch equals the twin's, byte for byte.
+void check_query_bytes(const Fp8Case& c, const GpuResult& g, const std::string& name) {
+  const int rows = c.batch * c.rows();
+  std::vector<uint8_t> q8(static_cast<size_t>(rows) * c.d_c);
+  std::vector<uint16_t> qr(static_cast<size_t>(rows) * c.d_r);
+  std::vector<float> qs(rows);
+  quant::fp8_quantize_query_twin(c.q.data(), rows, c.d_c, c.d_r, q8.data(), qr.data(), qs.data());
+  ASSERT_LE(g.query.q_scale + 4 * qs.size(), g.workspace.size()) << name;
+  EXPECT_EQ(std::memcmp(g.workspace.data() + g.query.q8, q8.data(), q8.size()), 0) << name << ": q8";
+  EXPECT_EQ(std::memcmp(g.workspace.data() + g.query.q_rope, qr.data(), 2 * qr.size()), 0) << name << ": q_rope";
+  EXPECT_EQ(std::memcmp(g.workspace.data() + g.query.q_scale, qs.data(), 4 * qs.size()), 0) << name << ": q_scale";
 }
 
 struct TwinResult {
@@ -118,6 +134,7 @@ void check_case(const Fp8Case& c, const std::string& name, bool with_f64 = true,
   const GpuResult g = run_gpu(c, parts, graph);
   const TwinResult t = run_twin(c, parts);
   EXPECT_EQ(g.flag, 0) << name;
+  check_query_bytes(c, g, name);
   const auto vs_twin = model::compare(to_double(g.out), to_double(t.out));
   ASSERT_TRUE(vs_twin.nonfinite_match) << name << ": " << vs_twin.summary();
   EXPECT_LE(vs_twin.rel_l2, kGpuVsTwinRelL2) << name << ": " << vs_twin.summary();
