@@ -318,6 +318,8 @@ void validate_kv4(const Kv4DecodeParams& kp) {
 }
 }  // namespace
 
+int kv4_decode_parts_for_device(const Kv4DecodeParams& kp) { return detail::kv4_default_parts(kp.base); }
+
 size_t kv4_decode_workspace_bytes_for(const Kv4DecodeParams& kp) {
   const quant::Bf16DecodeParams& p = kp.base;
   const int parts = p.num_parts > 0 ? p.num_parts : detail::kv4_default_parts(p);

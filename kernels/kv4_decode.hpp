@@ -34,7 +34,10 @@ struct Kv4DecodeParams {
 // Bytes of one token in a page (400 at d_c = 512, d_r = 64 for FP4; 388 for codebook).
 size_t kv4_bytes_per_token(Kv4Format f, int d_c, int d_r);
 
-// Workspace bytes (the BF16 decode's layout; num_parts 0 means one part per SM).
+// Split-KV parts used when p.base.num_parts == 0 on the current device: one CTA per SM over the
+// 16-row blocks, fitted to the batch (quant::decode_balanced_parts).
+int kv4_decode_parts_for_device(const Kv4DecodeParams& p);
+// Workspace bytes (the BF16 decode's layout; num_parts 0 means kv4_decode_parts_for_device).
 size_t kv4_decode_workspace_bytes_for(const Kv4DecodeParams& p);
 
 // Checks p (mla::InputError naming the field and value for an unsupported shape), then

@@ -23,9 +23,9 @@ int mla_kv4_capi_parts(int route, int batch, int s_q, int heads, int d_c, int d_
     }
     mla::kernels::Kv4DecodeParams kp;
     kp.base = mla::capi::decode_shape<mla::quant::Bf16DecodeParams>(batch, s_q, heads, d_c, d_r);
+    kp.base.num_parts = mla::kernels::kv4_decode_parts_for_device(kp);
     *workspace_bytes = mla::kernels::kv4_decode_workspace_bytes_for(kp);
-    kp.base.num_parts = mla::cuda::sm_count() / ((s_q * heads + 15) / 16);
-    return kp.base.num_parts > 0 ? kp.base.num_parts : 1;
+    return kp.base.num_parts;
   } catch (const std::exception&) {
     return 0;
   }
