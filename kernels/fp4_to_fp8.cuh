@@ -1,8 +1,8 @@
 #pragma once
 // The FP8-tensor-core route of the FP4 cache (kernels/fp8_decode_narrow.cu with an FP4 cache):
-// warpgroup 3 of the narrow FP8 kernel brings each 64-token tile of FP4 pages into a raw ring
-// (one thread issues the bulk copies) and rewrites it in shared memory as the FP8 tile the
-// consumers read: an FP8 page of 64 tokens (quant/fp8_cache_layout.hpp), per token
+// one thread of the narrow FP8 kernel brings each 64-token tile of FP4 pages into a raw ring
+// (bulk copies) and all of its warps rewrite it in shared memory as the FP8 tile the consumers
+// read: an FP8 page of 64 tokens (quant/fp8_cache_layout.hpp), per token
 //   E = max(max_g b_g - 127, -40), s = 2^(E - 6), x8 = E4M3(e2m1 * 2^(b_g - 127 - E + 6)),
 //   k_pe' = BF16(k_pe * 2^(6 - E)); poisoned tokens (a scale byte 255): scale NaN, zeros.
 // quant::fp4_cache_to_fp8 is the CPU twin (quant/fp4_to_fp8.hpp), byte for byte.
@@ -59,12 +59,14 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_
 }
 
 // One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
-// page of 64 tokens). Threads tid < 128: token tid % 64, half tid / 64 of its chunks and RoPE.
-template <int DC, int DR>
+// page of 64 tokens), by kThreads threads (a multiple of 64): thread tid converts token tid % 64,
+// every kShares-th of its 32-value groups and RoPE chunks from share tid / 64 on.
+template <int DC, int DR, int kThreads>
 __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsigned char* dst, int tid) {
   const quant::Fp4CacheLayout l4{64, DC, DR};
   const quant::Fp8CacheLayout l8{64, DC, DR};
-  constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
+  constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16, kShares = kThreads / 64;
+  static_assert(kThreads % 64 == 0, "fp4_tile_to_fp8: whole tokens per share");
   const int T = tid & 63, h = tid >> 6;
   // The token's scale row is plain (rows of 4-16 bytes: no swizzle), 4-byte aligned.
   ScaleRow<kGroups> sr;
@@ -75,7 +77,7 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   const bool poison = bmax == quant::kFp4PoisonScale;
   const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
 #pragma unroll 2
-  for (int c = h * (kGroups / 2); c < (h + 1) * (kGroups / 2); ++c) {
+  for (int c = h; c < kGroups; c += kShares) {
     uint4 codes = *reinterpret_cast<const uint4*>(raw + l4.code_byte(T, 16 * c));
     uint32_t t0 = 0u, t1 = 0u;
     if (poison) codes = make_uint4(0u, 0u, 0u, 0u);
@@ -85,10 +87,10 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c + 16)) = make_uint4(cc.x, cc.y, d.x, d.y);
   }
-  // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
+// RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
   const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
 #pragma unroll
-  for (int q = h * (kRopeChunks / 2); q < (h + 1) * (kRopeChunks / 2); ++q) {
+  for (int q = h; q < kRopeChunks; q += kShares) {
     uint4 v = *reinterpret_cast<const uint4*>(raw + l4.rope_byte(T, 8 * q));
     uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -103,24 +105,27 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
         poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : __int_as_float((127 + e - 6) << 23);  // e - 6 >= -46
 }
 
-// Warpgroup 3 of the narrow kernel on an FP4 cache (threads tid < 128; tid 0 also produces):
-// walks the part's tiles; tid 0 keeps R raw tiles in flight (raw_full[r] = rbar + 8 r with the
-// copies' bytes, raw_empty[r] = rbar + 8 (R + r) released by the 4 warps, rValid[r] its valid
-// token count); every thread converts tile it into FP8 stage it % S once the consumers freed it
-// (empty[s] = bar0 + 8 (S + s)), then each warp arrives on full[s] = bar0 + 8 s (count 4).
-template <int DC, int DR, int S, int R>
-__device__ __forceinline__ void convert_fp4_tiles(const quant::Fp8DecodeParams& p, const int32_t* in, unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
-                                                  uint32_t sValid, unsigned char* gRaw, uint32_t sRaw, uint32_t rbar,
-                                                  uint32_t rValid, int tid) {
-  const quant::Fp4CacheLayout lay{p.page_size, DC, DR};
-  const quant::Fp4CacheLayout tile{64, DC, DR};
-  const uint32_t raw_bytes = static_cast<uint32_t>(tile.page_bytes());
-  const size_t page_bytes = lay.page_bytes();
-  const int end_b = in[2], end_t = in[3];
-  constexpr int kCodeW = DC / 2 < 128 ? DC / 2 : 128;
-  // The producer's cursor (tid 0): the next tile to copy, `issued` tiles copied so far.
-  int pb = in[0], pt = in[1], issued = 0;
-  auto produce_until = [&](int upto) {
+// The FP4 tiles' raw copies for the narrow kernel (one thread): walks the part's tiles and keeps
+// R of them in flight in the raw ring (raw_full[r] = rbar + 8 r with the copies' bytes,
+// raw_empty[r] = rbar + 8 (R + r), rValid[r] the tile's valid token count).
+template <int DC, int DR, int R>
+struct Fp4RawProducer {
+  const quant::Fp8DecodeParams& p;
+  const int32_t* in;
+  uint32_t sRaw, rbar, rValid;
+  int pb, pt, issued = 0;
+
+  __device__ Fp4RawProducer(const quant::Fp8DecodeParams& p_, const int32_t* in_, uint32_t sRaw_, uint32_t rbar_,
+                            uint32_t rValid_)
+      : p(p_), in(in_), sRaw(sRaw_), rbar(rbar_), rValid(rValid_), pb(in_[0]), pt(in_[1]) {}
+
+  // Issues the copies of every tile before `upto` (tile counter of the part) not issued yet.
+  __device__ void until(int upto) {
+    const quant::Fp4CacheLayout lay{p.page_size, DC, DR};
+    const quant::Fp4CacheLayout tile{64, DC, DR};
+    const uint32_t raw_bytes = static_cast<uint32_t>(tile.page_bytes());
+    constexpr int kCodeW = DC / 2 < 128 ? DC / 2 : 128;
+    const int end_b = in[2], end_t = in[3];
     while (issued < upto && (pb < end_b || (pb == end_b && pt < end_t))) {
       const int L = p.seqlens[pb];
       const int stop = (pb == end_b) ? end_t : quant::decode_tiles(L, kT);
@@ -142,7 +147,7 @@ __device__ __forceinline__ void convert_fp4_tiles(const quant::Fp8DecodeParams& 
         detail::mbar_arrive(full);
       } else {
         detail::mbar_arrive_expect_tx(full, raw_bytes);
-        const uint8_t* src = p.cache + static_cast<size_t>(page) * page_bytes;
+        const uint8_t* src = p.cache + static_cast<size_t>(page) * lay.page_bytes();
         const int off = j0 % p.page_size;
         const uint32_t d = sRaw + r * raw_bytes;
         for (int kb = 0; kb < (DC / 2) / kCodeW; ++kb)
@@ -154,28 +159,39 @@ __device__ __forceinline__ void convert_fp4_tiles(const quant::Fp8DecodeParams& 
       ++issued;
       ++pt;
     }
-  };
-  int it = 0;
-  for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
-    const int L = p.seqlens[b];
-    const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
-    for (int ti = t; ti < stop; ++ti, ++it) {
-      if (tid == 0) produce_until(it + R);
-      __syncwarp();  // reconverge warp 0 after its copying lane, or it converts the tile twice (31 lanes, then 1)
-      const int stage = it % S, r = it % R;
-      detail::mbar_wait(rbar + 8 * r, (it / R) & 1);               // raw tile landed
-      detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free
-      const uint32_t valid = lds32(rValid + 4 * r);
-      if (valid > 0) fp4_tile_to_fp8<DC, DR>(gRaw + r * raw_bytes, gSt + stage * stage_bytes, tid);
-      if (tid == 0) sts32(sValid + 4 * stage, valid);
-      detail::fence_proxy_async();  // the stage is read by wgmma (async proxy)
-      __syncwarp();
-      if ((tid & 31) == 0) {
-        detail::mbar_arrive(bar0 + 8 * stage);      // FP8 tile ready
-        detail::mbar_arrive(rbar + 8 * (R + r));    // raw stage free
-      }
-    }
   }
+};
+
+// Tile `it` of the part (raw ring slot it % R) into FP8 stage it % S, this thread's share of
+// kThreads converting threads (every warp of the narrow kernel): waits for the raw tile and for
+// the stage to be free (empty[s] = bar0 + 8 (S + s)), converts, and each warp arrives on full[s]
+// = bar0 + 8 s and on the raw slot's empty barrier (counts: kThreads / 32). Thread 0 of the
+// converting threads writes the stage's valid count.
+template <int DC, int DR, int S, int R, int kThreads>
+__device__ __forceinline__ void convert_fp4_tile(int it, unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
+                                                 uint32_t sValid, const unsigned char* gRaw, uint32_t rbar,
+                                                 uint32_t rValid, int tid) {
+  const uint32_t raw_bytes = static_cast<uint32_t>(quant::Fp4CacheLayout{64, DC, DR}.page_bytes());
+  const int stage = it % S, r = it % R;
+  detail::mbar_wait(rbar + 8 * r, (it / R) & 1);                  // raw tile landed
+  detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free
+  const uint32_t valid = lds32(rValid + 4 * r);
+  if (valid > 0) fp4_tile_to_fp8<DC, DR, kThreads>(gRaw + r * raw_bytes, gSt + stage * stage_bytes, tid);
+  if (tid == 0) sts32(sValid + 4 * stage, valid);
+  detail::fence_proxy_async();  // the stage is read by wgmma (async proxy)
+  __syncwarp();
+  if ((tid & 31) == 0) {
+    detail::mbar_arrive(bar0 + 8 * stage);    // this warp's share of the FP8 tile is written
+    detail::mbar_arrive(rbar + 8 * (R + r));  // and it is done with the raw slot
+  }
+}
+
+// Tiles in a part's schedule entry (in: begin_b, begin_t, end_b, end_t).
+__device__ __forceinline__ int part_tiles(const quant::Fp8DecodeParams& p, const int32_t* in) {
+  int n = 0;
+  for (int b = in[0], t = in[1]; b < in[2] || (b == in[2] && t < in[3]); ++b, t = 0)
+    n += ((b == in[2]) ? in[3] : quant::decode_tiles(p.seqlens[b], kT)) - t;
+  return n;
 }
 
 }  // namespace mla::kernels::fp8

@@ -33,10 +33,13 @@ namespace {
 
 constexpr int kNThreads = 512;
 
-// FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); warpgroup 3 converts each tile into
-// the FP8 stage (kernels/fp4_to_fp8.cuh) through a raw ring of kR FP4 tiles. The raw ring is
-// what keeps HBM busy (kR - 1 tiles in flight while one is converted; with 2 the route ran at
-// 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets the room of FP8 stages.
+// FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); one thread of warpgroup 3 copies each
+// tile into a raw ring of kR FP4 tiles and all 16 warps convert it into the FP8 stage
+// (kernels/fp4_to_fp8.cuh), the consumers tile it + 1 before their work on tile it. (Warpgroup 3
+// alone converted at ~0.3 instructions per cycle, the route's limit: 1.04-1.54x slower.) The
+// raw ring is what keeps HBM busy (kR - 1 tiles in flight while one is converted; with 2 the
+// route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets the room of FP8
+// stages.
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
@@ -88,12 +91,12 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      detail::mbar_init(bar0 + 8 * s, FP4 ? 4 : 1);  // the producer's expect_tx, or the 4 converter warps
+      detail::mbar_init(bar0 + 8 * s, FP4 ? kNThreads / 32 : 1);  // the producer's expect_tx, or every warp's share
       detail::mbar_init(bar0 + 8 * (S + s), 12);      // every consumer warp releases a stage
     }
     for (int r = 0; r < C::kR; ++r) {
       detail::mbar_init(rbar + 8 * r, 1);               // the copying thread's expect_tx
-      detail::mbar_init(rbar + 8 * (C::kR + r), 4);     // the 4 converter warps
+      detail::mbar_init(rbar + 8 * (C::kR + r), kNThreads / 32);  // every converting warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -101,12 +104,23 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int32_t* in = info + blockIdx.x * quant::kPartInfoInts;
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
+  // FP4: every warp converts a share of each tile (fp4_to_fp8.cuh): the consumer warps tile
+  // it + 1 before their work on tile it, warpgroup 3 every tile in turn.
+  auto convert_tile = [&](int i) {
+    convert_fp4_tile<DC, DR, S, C::kR, kNThreads>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                                  gbase + (sRaw - base), rbar, rValid, threadIdx.x);
+  };
+  const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
 
-  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + converters (FP4 cache) ----
+  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + a quarter of the converters (FP4 cache) ----
     if constexpr (FP4) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-      convert_fp4_tiles<DC, DR, S, C::kR>(p, in, gbase + (sSt - base), C::kStage, bar0, sValid, gbase + (sRaw - base),
-                                          sRaw, rbar, rValid, threadIdx.x - 384);
+      Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
+      for (int i = 0; i < fp4_tiles; ++i) {
+        if (threadIdx.x == 384) prod.until(i + C::kR);
+        __syncwarp();  // reconverge the copying warp, or it converts the tile twice (31 lanes, then 1)
+        convert_tile(i);
+      }
     } else {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
       if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
@@ -126,6 +140,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
     detail::named_bar_arrive(kBarFree, kConsumers);
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
+  if constexpr (FP4)
+    if (fp4_tiles > 0) convert_tile(0);
   int split = in[4];
   int it = 0;
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -148,6 +164,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
       float m_run = neg_inf, l_run = 0.f, sig = 1.f;
       const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
       for (int ti = t; ti < stop; ++ti, ++it) {
+        if constexpr (FP4)
+          if (it + 1 < fp4_tiles) convert_tile(it + 1);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         const int j0 = ti * kT;
@@ -264,6 +282,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) acc[mb][i] = 0.f;
       for (int ti = t; ti < stop; ++ti, ++it) {
+        if constexpr (FP4)
+          if (it + 1 < fp4_tiles) convert_tile(it + 1);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);

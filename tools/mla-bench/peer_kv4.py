@@ -122,6 +122,8 @@ def suite(name):
     B = 128
     if name == "quick":
         return [("fp4", B, 16, 1, 8192), ("codebook", B, 16, 1, 8192)]
+    if name == "fp4":  # the FP4 shapes both routes run (<= 32 rows), for A/B runs
+        return [("fp4", B, 16, 1, 8192), ("fp4", B, 16, 1, 32768), ("fp4", B, 16, 2, 8192), ("fp4", B, 32, 1, 8192)]
     out = [("fp4", B, 16, 1, L) for L in (4096, 8192, 32768)]
     out += [("fp4", B, 8, 2, L) for L in (8192, 32768)]
     out += [("fp4", B, 16, 2, 8192), ("fp4", B, 32, 1, 8192)]
@@ -133,7 +135,7 @@ def suite(name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_kv4_capi.so")
-    ap.add_argument("--suite", default="issue12", choices=["issue12", "quick"])
+    ap.add_argument("--suite", default="issue12", choices=["issue12", "quick", "fp4"])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write every figure here")
