@@ -23,6 +23,7 @@
 #include <cuda_fp8.h>
 
 #include "kernels/decode_launch.hpp"
+#include "kernels/decode_ring.cuh"
 #include "kernels/fp4_to_fp8.cuh"
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_wgmma.cuh"
@@ -35,7 +36,7 @@ constexpr int kNThreads = 512;
 
 // FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); one thread of warpgroup 3 copies each
 // tile into a raw ring of kR FP4 tiles and all 16 warps convert it into the FP8 stage
-// (kernels/fp4_to_fp8.cuh), the consumers tile it + 1 before their work on tile it. (Warpgroup 3
+// (kernels/fp4_to_fp8.cuh), the consumers tile it + kConvAhead before their work on tile it. (Warpgroup 3
 // alone converted at ~0.3 instructions per cycle, the route's limit: 1.04-1.54x slower.) The
 // raw ring is what keeps HBM busy (kR - 1 tiles in flight while one is converted; with 2 the
 // route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets the room of FP8
@@ -43,8 +44,12 @@ constexpr int kNThreads = 512;
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
-  static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (DC == 512 ? 4 : 6);  // ring stages
-  static constexpr int kR = FP4 ? (DC == 512 && DR == 64 && N == 32 ? 3 : 4) : 0;  // raw FP4 stages
+  // Ring stages. FP4 at d_c = 512: three FP8 and three raw stages where they fit (16 rows), so
+  // the consumers convert two tiles ahead; else two FP8 stages (one tile ahead).
+  static constexpr bool kFp4Deep = FP4 && DC == 512 && N == 16;
+  static constexpr int kS = FP4 ? (DC == 512 ? (kFp4Deep ? 3 : 2) : 4) : (DC == 512 ? 4 : 6);
+  static constexpr int kR = FP4 ? (kFp4Deep || (DC == 512 && DR == 64 && N == 32) ? 3 : 4) : 0;  // raw FP4 stages
+  static constexpr int kConvAhead = kS - 1;  // FP4: tiles the consumers convert ahead of the one they use
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
@@ -60,6 +65,7 @@ struct NCfg {
     return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
            4 * kR;
   }
+  static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 narrow kernel: shared memory over the limit");
 };
 
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; warpgroup 0's
@@ -105,7 +111,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
   // FP4: every warp converts a share of each tile (fp4_to_fp8.cuh): the consumer warps tile
-  // it + 1 before their work on tile it, warpgroup 3 every tile in turn.
+  // it + kConvAhead before their work on tile it (the stage it reuses, it + kConvAhead - kS =
+  // it - 1, is released by then), warpgroup 3 every tile in turn.
   auto convert_tile = [&](int i) {
     convert_fp4_tile<DC, DR, S, C::kR, kNThreads>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
                                                   gbase + (sRaw - base), rbar, rValid, threadIdx.x);
@@ -141,7 +148,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
   if constexpr (FP4)
-    if (fp4_tiles > 0) convert_tile(0);
+    for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
   int split = in[4];
   int it = 0;
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -165,7 +172,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
       const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
       for (int ti = t; ti < stop; ++ti, ++it) {
         if constexpr (FP4)
-          if (it + 1 < fp4_tiles) convert_tile(it + 1);
+          if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         const int j0 = ti * kT;
@@ -283,7 +290,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
         for (int i = 0; i < N / 2; ++i) acc[mb][i] = 0.f;
       for (int ti = t; ti < stop; ++ti, ++it) {
         if constexpr (FP4)
-          if (it + 1 < fp4_tiles) convert_tile(it + 1);
+          if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
