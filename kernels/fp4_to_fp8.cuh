@@ -45,17 +45,16 @@ struct ScaleRow {
   }
 };
 
-// Eight E2M1 codes (element 2j in the low nibble of byte j) -> eight E4M3 bytes (two words,
-// element order), the magnitudes looked up in (t0, t1) with one byte permute per four codes and
-// the sign bit moved from each nibble's bit 3 to the byte's bit 7.
+// Eight E2M1 codes (element i in nibble i: element 2j in the low nibble of byte j) -> eight E4M3
+// bytes (two words, element order). Magnitudes: with the sign bits cleared, nibble i is element
+// i's 3-bit index into (t0, t1), and a byte permute reads the four low nibbles of its selector
+// (bit 3 of each clear, so no sign replication): elements 0-3, then 4-7. Signs: bit 3 of nibble i
+// to bit 7 of its byte (even elements shifted up by 4, odd ones in place, then interleaved).
 __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_t t1) {
-  const uint32_t lo = x & 0x07070707u, hi = (x >> 4) & 0x07070707u;
-  uint32_t sl = (lo | (lo >> 4)) & 0x00FF00FFu, sh = (hi | (hi >> 4)) & 0x00FF00FFu;
-  sl = (sl | (sl >> 8)) & 0xFFFFu;  // magnitude of element 2j in nibble j
-  sh = (sh | (sh >> 8)) & 0xFFFFu;  // of element 2j + 1
-  const uint32_t ol = __byte_perm(t0, t1, sl) | ((x << 4) & 0x80808080u);
-  const uint32_t oh = __byte_perm(t0, t1, sh) | (x & 0x80808080u);
-  return make_uint2(__byte_perm(ol, oh, 0x5140), __byte_perm(ol, oh, 0x7362));
+  const uint32_t m = x & 0x77777777u;
+  const uint32_t lo = __byte_perm(t0, t1, m), hi = __byte_perm(t0, t1, m >> 16);
+  const uint32_t se = (x << 4) & 0x80808080u, so = x & 0x80808080u;  // signs of 0 2 4 6, of 1 3 5 7
+  return make_uint2(lo | __byte_perm(se, so, 0x5140), hi | __byte_perm(se, so, 0x7362));
 }
 
 // One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
