@@ -58,15 +58,14 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_
 }
 
 // One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
-// page of 64 tokens), by kThreads threads (a multiple of 64): thread tid converts token tid % 64,
-// every kShares-th of its 32-value groups and RoPE chunks from share tid / 64 on.
-template <int DC, int DR, int kThreads>
-__device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsigned char* dst, int tid) {
+// page of 64 tokens), in kShares shares of 64 threads: this thread converts token T, every
+// kShares-th of its 32-value groups and RoPE chunks from h (its share) on; share 0 writes the
+// token's scale.
+template <int DC, int DR, int kShares>
+__device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsigned char* dst, int T, int h) {
   const quant::Fp4CacheLayout l4{64, DC, DR};
   const quant::Fp8CacheLayout l8{64, DC, DR};
-  constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16, kShares = kThreads / 64;
-  static_assert(kThreads % 64 == 0, "fp4_tile_to_fp8: whole tokens per share");
-  const int T = tid & 63, h = tid >> 6;
+  constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
   // The token's scale row is plain (rows of 4-16 bytes: no swizzle), 4-byte aligned.
   ScaleRow<kGroups> sr;
   const unsigned char* srow = raw + l4.scale_byte(T, 0);
@@ -161,25 +160,25 @@ struct Fp4RawProducer {
   }
 };
 
-// Tile `it` of the part (raw ring slot it % R) into FP8 stage it % S, this thread's share of
-// kThreads converting threads (every warp of the narrow kernel): waits for the raw tile and for
-// the stage to be free (empty[s] = bar0 + 8 (S + s)), converts, and each warp arrives on full[s]
-// = bar0 + 8 s and on the raw slot's empty barrier (counts: kThreads / 32). Thread 0 of the
-// converting threads writes the stage's valid count.
-template <int DC, int DR, int S, int R, int kThreads>
+// Tile `it` of the part (raw ring slot it % R) into FP8 stage it % S, by kShares shares of 64
+// threads (this thread: token T of share h): waits for the raw tile and for the stage to be free
+// (empty[s] = bar0 + 8 (S + s)), converts, and each warp arrives on full[s] = bar0 + 8 s and on
+// the raw slot's empty barrier (counts: 2 kShares warps). Share 0's token 0 writes the stage's
+// valid count.
+template <int DC, int DR, int S, int R, int kShares>
 __device__ __forceinline__ void convert_fp4_tile(int it, unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
                                                  uint32_t sValid, const unsigned char* gRaw, uint32_t rbar,
-                                                 uint32_t rValid, int tid) {
+                                                 uint32_t rValid, int T, int h) {
   const uint32_t raw_bytes = static_cast<uint32_t>(quant::Fp4CacheLayout{64, DC, DR}.page_bytes());
   const int stage = it % S, r = it % R;
   detail::mbar_wait(rbar + 8 * r, (it / R) & 1);                  // raw tile landed
   detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free
   const uint32_t valid = lds32(rValid + 4 * r);
-  if (valid > 0) fp4_tile_to_fp8<DC, DR, kThreads>(gRaw + r * raw_bytes, gSt + stage * stage_bytes, tid);
-  if (tid == 0) sts32(sValid + 4 * stage, valid);
+  if (valid > 0) fp4_tile_to_fp8<DC, DR, kShares>(gRaw + r * raw_bytes, gSt + stage * stage_bytes, T, h);
+  if (T == 0 && h == 0) sts32(sValid + 4 * stage, valid);
   detail::fence_proxy_async();  // the stage is read by wgmma (async proxy)
   __syncwarp();
-  if ((tid & 31) == 0) {
+  if ((T & 31) == 0) {
     detail::mbar_arrive(bar0 + 8 * stage);    // this warp's share of the FP8 tile is written
     detail::mbar_arrive(rbar + 8 * (R + r));  // and it is done with the raw slot
   }

@@ -73,6 +73,8 @@ struct NCfg {
 // reverse); the epilogue's 1/l and LSE.
 constexpr int kBarQ = 1, kBarStage = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7;
 constexpr int kConsumers = 384;
+// FP4: the converting threads (warpgroups 1-3), in shares of 64 (one token each).
+constexpr int kConvFirst = 128, kConvShares = (kNThreads - kConvFirst) / 64, kConvWarps = 2 * kConvShares;
 
 template <int DC, int DR, int N, bool FP4>
 __global__ void __launch_bounds__(kNThreads, 1)
@@ -97,12 +99,12 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      detail::mbar_init(bar0 + 8 * s, FP4 ? kNThreads / 32 : 1);  // the producer's expect_tx, or every warp's share
+      detail::mbar_init(bar0 + 8 * s, FP4 ? kConvWarps : 1);  // the producer's expect_tx, or each converting warp
       detail::mbar_init(bar0 + 8 * (S + s), 12);      // every consumer warp releases a stage
     }
     for (int r = 0; r < C::kR; ++r) {
       detail::mbar_init(rbar + 8 * r, 1);               // the copying thread's expect_tx
-      detail::mbar_init(rbar + 8 * (C::kR + r), kNThreads / 32);  // every converting warp
+      detail::mbar_init(rbar + 8 * (C::kR + r), kConvWarps);  // each converting warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -110,12 +112,14 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int32_t* in = info + blockIdx.x * quant::kPartInfoInts;
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  // FP4: every warp converts a share of each tile (fp4_to_fp8.cuh): the consumer warps tile
-  // it + kConvAhead before their work on tile it (the stage it reuses, it + kConvAhead - kS =
-  // it - 1, is released by then), warpgroup 3 every tile in turn.
+  // FP4: warpgroups 1-3 convert a share of each tile each (fp4_to_fp8.cuh; warpgroup 0, whose
+  // S + softmax chain the P.V warps wait on, does not): the P.V warps tile it + kConvAhead before
+  // their work on tile it (the stage it reuses, it + kConvAhead - kS = it - 1, is released by
+  // then), warpgroup 3 every tile in turn.
   auto convert_tile = [&](int i) {
-    convert_fp4_tile<DC, DR, S, C::kR, kNThreads>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
-                                                  gbase + (sRaw - base), rbar, rValid, threadIdx.x);
+    convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                                    gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
+                                                    (threadIdx.x - kConvFirst) / 64);
   };
   const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
 
@@ -148,7 +152,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
   if constexpr (FP4)
-    for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
+    if (wg > 0)
+      for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
   int split = in[4];
   int it = 0;
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
@@ -171,8 +176,6 @@ __global__ void __launch_bounds__(kNThreads, 1)
       float m_run = neg_inf, l_run = 0.f, sig = 1.f;
       const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
       for (int ti = t; ti < stop; ++ti, ++it) {
-        if constexpr (FP4)
-          if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         const int j0 = ti * kT;
