@@ -44,11 +44,10 @@ constexpr int kNThreads = 512;
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
-  // Ring stages. FP4 at d_c = 512: three FP8 and three raw stages where they fit (16 rows), so
-  // the consumers convert two tiles ahead; else two FP8 stages (one tile ahead).
-  static constexpr bool kFp4Deep = FP4 && DC == 512 && N == 16;
-  static constexpr int kS = FP4 ? (DC == 512 ? (kFp4Deep ? 3 : 2) : 4) : (DC == 512 ? 4 : 6);
-  static constexpr int kR = FP4 ? (kFp4Deep || (DC == 512 && DR == 64 && N == 32) ? 3 : 4) : 0;  // raw FP4 stages
+  // Ring stages. FP4 at d_c = 512: three FP8 stages, so the P.V warps convert two tiles ahead,
+  // and the raw stages that fit beside them (three at 16 rows, two at 32).
+  static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (DC == 512 ? 4 : 6);
+  static constexpr int kR = FP4 ? (DC == 512 ? (N == 16 ? 3 : 2) : 4) : 0;  // raw FP4 stages
   static constexpr int kConvAhead = kS - 1;  // FP4: tiles the consumers convert ahead of the one they use
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
