@@ -1,7 +1,7 @@
 #pragma once
 // The FP8-tensor-core route of the FP4 cache (kernels/fp8_decode_narrow.cu with an FP4 cache):
 // one thread of the narrow FP8 kernel brings each 64-token tile of FP4 pages into a raw ring
-// (bulk copies) and all of its warps rewrite it in shared memory as the FP8 tile the consumers
+// (bulk copies) and its warpgroups 1-3 rewrite it in shared memory as the FP8 tile the consumers
 // read: an FP8 page of 64 tokens (quant/fp8_cache_layout.hpp), per token
 //   E = max(max_g b_g - 127, -40), s = 2^(E - 6), x8 = E4M3(e2m1 * 2^(b_g - 127 - E + 6)),
 //   k_pe' = BF16(k_pe * 2^(6 - E)); poisoned tokens (a scale byte 255): scale NaN, zeros.

@@ -35,9 +35,10 @@ namespace {
 constexpr int kNThreads = 512;
 
 // FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); one thread of warpgroup 3 copies each
-// tile into a raw ring of kR FP4 tiles and all 16 warps convert it into the FP8 stage
-// (kernels/fp4_to_fp8.cuh), the consumers tile it + kConvAhead before their work on tile it. (Warpgroup 3
-// alone converted at ~0.3 instructions per cycle, the route's limit: 1.04-1.54x slower.) The
+// tile into a raw ring of kR FP4 tiles and warpgroups 1-3 convert it into the FP8 stage
+// (kernels/fp4_to_fp8.cuh), the P.V warps tile it + kConvAhead before their work on tile it.
+// (Warpgroup 3 alone converted at ~0.3 instructions per cycle, the route's limit; warpgroup 0 is
+// kept out: the P.V warps wait on its S + softmax chain. docs/gpu-notes.md, fifth session.) The
 // raw ring is what keeps HBM busy (kR - 1 tiles in flight while one is converted; with 2 the
 // route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets the room of FP8
 // stages.
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
   };
   const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
 
-  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + a quarter of the converters (FP4 cache) ----
+  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + a third of the converters (FP4 cache) ----
     if constexpr (FP4) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
       Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
