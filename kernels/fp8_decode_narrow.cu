@@ -50,6 +50,7 @@ struct NCfg {
   static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (DC == 512 ? 4 : 6);
   static constexpr int kR = FP4 ? (DC == 512 ? (N == 16 ? 3 : 2) : 4) : 0;  // raw FP4 stages
   static constexpr int kConvAhead = kS - 1;  // FP4: tiles the consumers convert ahead of the one they use
+  static_assert(kConvAhead >= 1, "fp8 narrow kernel: the FP4 converters need a stage ahead");
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
@@ -117,7 +118,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
   // their work on tile it (the stage it reuses, it + kConvAhead - kS = it - 1, is released by
   // then), warpgroup 3 every tile in turn.
   auto convert_tile = [&](int i) {
-    convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
+    if constexpr (FP4)  // (instantiated only with the FP4 ring: its stage counts are 0 otherwise)
+      convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
                                                     gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
                                                     (threadIdx.x - kConvFirst) / 64);
   };
