@@ -85,7 +85,7 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
     *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c + 16)) = make_uint4(cc.x, cc.y, d.x, d.y);
   }
-// RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
+  // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
   const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
 #pragma unroll
   for (int q = h; q < kRopeChunks; q += kShares) {
