@@ -47,16 +47,10 @@ __global__ void fp8_append_kernel(const Fp8AppendParams p) {
   for (int b = blockIdx.y; b < p.batch; b += gridDim.y) append_token(p, i, b, lane);
 }
 
-__global__ void fp8_query_vec_kernel(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
-                                     float* q_scale) {
-  const int r = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (r < rows) quantize_query_row_vec(q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
-}
-
 __global__ void fp8_query_kernel(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
-                                 float* q_scale) {
+                                 float* q_scale, bool vec) {
   const int r = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (r < rows) quantize_query_row(q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
+  if (r < rows) quantize_query_row_any(vec, q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
 }
 
 }  // namespace
@@ -84,10 +78,8 @@ void fp8_quantize_query(const uint16_t* q, int rows, int d_c, int d_r, uint8_t* 
   if (rows < 1) throw InputError("fp8 query quantisation: rows = " + std::to_string(rows) + " (must be >= 1)");
   if (d_c < 1 || d_r < 0) throw InputError("fp8 query quantisation: d_c = " + std::to_string(d_c) + ", d_r = " + std::to_string(d_r));
   const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (query_vec_ok(q, q8, q_rope, d_c, d_r))
-    fp8_query_vec_kernel<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8, q_rope, q_scale);
-  else
-    fp8_query_kernel<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8, q_rope, q_scale);
+  fp8_query_kernel<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(q, rows, d_c, d_r, q8, q_rope, q_scale,
+                                                               query_vec_ok(q, q8, q_rope, d_c, d_r));
   cuda::check(cudaGetLastError(), "fp8 query quantisation launch");
 }
 

@@ -56,8 +56,7 @@ __global__ void __launch_bounds__(detail::kSchedThreads)
   }
   const int r = (blockIdx.x - 1) * kPrologueRowsPerBlock + static_cast<int>(threadIdx.x / 32);
   if (r >= rows) return;
-  if (vec) fp8enc::quantize_query_row_vec(q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
-  else fp8enc::quantize_query_row(q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
+  fp8enc::quantize_query_row_any(vec, q, r, d_c, d_r, q8, q_rope, q_scale, threadIdx.x & 31);
 }
 
 }  // namespace

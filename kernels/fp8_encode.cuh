@@ -121,6 +121,14 @@ __device__ __forceinline__ void quantize_query_row(const uint16_t* q, int r, int
       [&](int c, uint16_t v) { q_rope[rr * d_r + c] = v; }, [&](float s) { q_scale[r] = s; });
 }
 
+// Row r by quantize_query_row_vec where it may (vec = query_vec_ok(...), decided once on the
+// host), else by quantize_query_row: the same bytes either way.
+__device__ __forceinline__ void quantize_query_row_any(bool vec, const uint16_t* q, int r, int d_c, int d_r,
+                                                       uint8_t* q8, uint16_t* q_rope, float* q_scale, int lane) {
+  if (vec) quantize_query_row_vec(q, r, d_c, d_r, q8, q_rope, q_scale, lane);
+  else quantize_query_row(q, r, d_c, d_r, q8, q_rope, q_scale, lane);
+}
+
 // Whether quantize_query_row_vec takes these rows: 16-byte aligned rows and buffers (d_c, d_r
 // multiples of 8) and at most kMaxVec vectors per lane.
 inline bool query_vec_ok(const void* q, const void* q8, const void* q_rope, int d_c, int d_r) {
