@@ -45,6 +45,15 @@ def parse_args():
     return ap.parse_args()
 
 
+def with_parts(parts, ws_bytes, parts_override):
+    """(parts, workspace bytes) for a run with parts_override split parts (> 0) instead of the
+    library's default: the workspace grows with the parts (split partials), so it is scaled up
+    by the ratio with 1 MiB to spare; the library refuses a workspace that is still too small."""
+    if parts_override <= 0:
+        return parts, ws_bytes
+    return parts_override, ctypes.c_size_t(ws_bytes.value * max(1, -(-parts_override // parts)) + (1 << 20))
+
+
 class Ours:
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
@@ -63,9 +72,7 @@ class Ours:
                                                ctypes.byref(ws_bytes))
         if parts <= 0:
             raise RuntimeError(f"mla_decode_capi_parts failed for {case.name}")
-        if parts_override > 0:  # the workspace grows with the parts (split partials): scale it up
-            ws_bytes = ctypes.c_size_t(ws_bytes.value * max(1, -(-parts_override // parts)) + (1 << 20))
-            parts = parts_override
+        parts, ws_bytes = with_parts(parts, ws_bytes, parts_override)
         ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
         out = torch.empty(case.batch, case.s_q, case.heads, case.d_c, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(case.batch, case.s_q, case.heads, dtype=torch.float32, device="cuda")

@@ -24,7 +24,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, with_parts  # noqa: E402
 
 V32_BYTES_PER_TOKEN = 656
 
@@ -83,9 +83,7 @@ class Ours:
         parts = self.lib.mla_fp8_capi_parts(c.batch, c.s_q, c.heads, c.d_c, c.d_r, ctypes.byref(ws_bytes))
         if parts <= 0:
             raise RuntimeError(f"mla_fp8_capi_parts failed for {c.name}")
-        if parts_override > 0:  # the workspace grows with the parts (split partials): scale it up
-            ws_bytes = ctypes.c_size_t(ws_bytes.value * max(1, -(-parts_override // parts)) + (1 << 20))
-            parts = parts_override
+        parts, ws_bytes = with_parts(parts, ws_bytes, parts_override)
         ws = torch.empty(ws_bytes.value, dtype=torch.uint8, device="cuda")
         out = torch.empty(c.batch, c.s_q, c.heads, c.d_c, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(c.batch, c.s_q, c.heads, dtype=torch.float32, device="cuda")
