@@ -122,7 +122,7 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
   }
   if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream, fp4_cache);
   else if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
-  else fp8::launch_rows64(p, w, parts, stream);
+  else fp8::launch_rows64(p, w, parts, stream, fp4_cache);
   detail::launch_combine(po, w, stream);
 }
 
@@ -155,9 +155,10 @@ void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaSt
 
 void fp8_decode_fp4_cache_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream) {
   auto bad = [](const std::string& what) { throw InputError("fp8 decode of an FP4 cache: " + what); };
-  if (p.s_q * p.heads > fp8::kNarrowRows)
-    bad("s_q * heads = " + std::to_string(p.s_q * p.heads) + " query rows (the FP8 route takes <= " +
-        std::to_string(fp8::kNarrowRows) + "; the BF16 route, kernels/kv4_decode.hpp, takes any)");
+  if (quant::fp8_decode_uses_pair(p))
+    bad("s_q * heads = " + std::to_string(p.s_q * p.heads) + " query rows at d_c = " + std::to_string(p.d_c) +
+        " (the FP8 route takes any row count at d_c = 512 and <= " + std::to_string(quant::kFp8DecodeRowsPerBlock) +
+        " rows at d_c <= 256; the BF16 route, kernels/kv4_decode.hpp, takes any)");
   quant::validate_fp4_layout(quant::Fp4CacheLayout{p.page_size, p.d_c, p.d_r});
   if (p.page_size % quant::kFp8DecodeTile != 0)
     bad("page_size = " + std::to_string(p.page_size) + " (a multiple of " + std::to_string(quant::kFp8DecodeTile) + ")");

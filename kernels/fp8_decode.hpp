@@ -43,8 +43,10 @@ void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaSt
 // 400 B per token at d_c = 512), each 64-token tile rewritten in shared memory as the FP8 tile
 // quant::fp4_cache_to_fp8 gives (exact whenever a token's group exponents span <= 11 octaves),
 // then decoded as fp8_decode_bf16q decodes FP8 pages: the result equals fp8_decode_bf16q on
-// quant::fp4_cache_to_fp8 of the pages, bit for bit, with the same num_parts. <= 32 query rows
-// (the narrow kernel), d_c 128/256/512, d_r 32/64, pages 64/128; mla::InputError otherwise.
+// quant::fp4_cache_to_fp8 of the pages, bit for bit, with the same num_parts. Query rows (s_q H):
+// <= 32 (the narrow kernel) or more (the 64-row kernel), except > 64 rows at d_c <= 256 (the
+// 128-row TPLA-slice kernel reads no FP4); d_c 128/256/512, d_r 32/64, pages 64/128;
+// mla::InputError otherwise.
 // Workspace: fp8_decode_workspace_bytes(p, true).
 void fp8_decode_fp4_cache_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream);
 

@@ -113,13 +113,13 @@ __device__ __forceinline__ void produce_tiles(const quant::Fp8DecodeParams& p, c
   }
 }
 
-// The stage ring's mbarriers (full[s] at bar0 + 8 s: the producer's expect_tx; empty[s] at
-// bar0 + 8 (S + s): one arrive from each of `releasers` consumer warps), initialised by thread 0
-// and visible to the whole CTA on return.
-__device__ __forceinline__ void init_stage_ring(uint32_t bar0, int stages, int releasers) {
+// The stage ring's mbarriers (full[s] at bar0 + 8 s: the producer's expect_tx, or one arrive from
+// each of `fillers` warps; empty[s] at bar0 + 8 (S + s): one arrive from each of `releasers`
+// consumer warps), initialised by thread 0 and visible to the whole CTA on return.
+__device__ __forceinline__ void init_stage_ring(uint32_t bar0, int stages, int releasers, int fillers = 1) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      detail::mbar_init(bar0 + 8 * s, 1);
+      detail::mbar_init(bar0 + 8 * s, fillers);
       detail::mbar_init(bar0 + 8 * (stages + s), releasers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -296,7 +296,9 @@ __device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, f
 }
 
 // The 64-row kernel's launch (kernels/fp8_decode_rows64.cu): rows = s_q heads > kNarrowRows.
-void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
+// fp4_cache: p.cache holds FP4 pages, converted per tile (as for the narrow kernel).
+void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
+                   bool fp4_cache = false);
 
 // The TPLA-slice kernel's launch (kernels/fp8_decode_pair.cu): d_c <= 256 and rows > 64
 // (quant::fp8_decode_uses_pair), 128-row blocks.

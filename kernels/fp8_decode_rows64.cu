@@ -13,6 +13,11 @@
 //        channels (fp8_decode_device.cuh: vt_fragments_ks, pv_rescale, pv_mma_ks), one 32-token
 //        k-step's fragments at a time;
 //   warpgroup 3: one thread issues the bulk copies into the stage ring (4 stages at d_c = 512).
+// With an FP4 cache (the FP8-tensor-core route of the 4-bit decode, kernels/fp4_to_fp8.cuh) that
+// thread copies FP4 tiles into a raw ring and warpgroups 1-2 rewrite each as the FP8 stage, tile
+// it + kConvAhead before their P.V of tile it: the time they would wait for warpgroup 0's P.
+// (Warpgroup 0 converts nothing: its S + softmax chain is the one the others wait on; warpgroup
+// 3 has no registers to spare, 24.)
 // Registers (setmaxnreg): 136 for warpgroup 0, 176 for each P.V warpgroup (128 accumulators; at
 // 168 ptxas serialises their wgmmas), 24 for the producer: the 64K of the SM exactly.
 // Numerics: the rounding points of the twin (quant/fp8_decode_twin) and of the narrow kernel:
@@ -22,6 +27,7 @@
 
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
+#include "kernels/fp4_to_fp8.cuh"
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_softmax_rows64.cuh"
 #include "kernels/fp8_wgmma.cuh"
@@ -31,8 +37,10 @@ namespace mla::kernels::fp8 {
 namespace {
 
 constexpr int kThreads = 512, kConsumers = 384, kRows = 64;
+// FP4: the converting threads (warpgroups 1-2), in shares of 64 (one token each).
+constexpr int kConvFirst = 128, kConvShares = 4, kConvWarps = 2 * kConvShares;
 
-template <int DC, int DR>
+template <int DC, int DR, bool FP4 = false>
 struct RCfg {
   static constexpr int kNB = DC / 128;  // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
   static constexpr int kRB = 2 * DR;    // rope row bytes
@@ -42,22 +50,30 @@ struct RCfg {
   static constexpr uint32_t kQ8 = kRows * DC, kQR = kRows * kRB, kP = kRows * 128;
   static constexpr uint32_t kSmall = 4 * kRows * 4;  // gamma [2][64], fin [64][2] floats
   static constexpr size_t kFixed = 1024 + kQ8 + kQR + 2 * kP + kSmall;
-  // As many stages as fit (each needs 16 bytes of barriers and 4 of valid count), at most 6.
-  static constexpr int kFit = static_cast<int>((detail::kMaxSmemPerBlock - kFixed) / (kStage + 20));
-  static constexpr int kS = kFit < 6 ? kFit : 6;
-  static_assert(kS >= 2, "fp8 64-row kernel: fewer than two ring stages fit");
-  static constexpr size_t smem() { return kFixed + kS * (kStage + 20); }
+  // FP8: as many stages as fit (each needs 16 bytes of barriers and 4 of valid count), at most 6.
+  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 two FP8 stages (the converters one
+  // tile ahead) and three raw ones (two in flight while one is converted) are what fits.
+  static constexpr uint32_t kRawStage = FP4 ? 64 * (DC / 2 + DC / 32 + 2 * DR) : 0;
+  static constexpr int kR = FP4 ? (DC == 512 ? 3 : 4) : 0;
+  static constexpr size_t kRawBytes = FP4 ? 128 + kR * (kRawStage + 20) : 0;
+  static constexpr int kFit = static_cast<int>((detail::kMaxSmemPerBlock - kFixed - kRawBytes) / (kStage + 20));
+  static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (kFit < 6 ? kFit : 6);
+  static constexpr int kConvAhead = kS - 1;  // FP4: tiles the converters work ahead of their P.V
+  static_assert(kConvAhead >= 1, "fp8 64-row kernel: the FP4 converters need a stage ahead");
+  static_assert(kS >= 2 && kS <= kFit, "fp8 64-row kernel: fewer than two ring stages fit");
+  static constexpr size_t smem() { return kFixed + kS * (kStage + 20) + kRawBytes; }
+  static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 64-row kernel: shared memory over the limit");
 };
 
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; P^T buffer k
 // full (warpgroup 0 arrives, 1-2 wait) and free (the reverse); the epilogue's 1/l and LSE.
 constexpr int kBarQ = 1, kBarFull = 3, kBarFree = 5, kBarFin = 7;
 
-template <int DC, int DR>
+template <int DC, int DR, bool FP4>
 __global__ void __launch_bounds__(kThreads, 1)
     rows64_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc) {
-  using C = RCfg<DC, DR>;
+  using C = RCfg<DC, DR, FP4>;
   constexpr int S = C::kS;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw = detail::smem_u32(smem_raw);
@@ -69,8 +85,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* fin = gam + 2 * kRows;                                     // [64][2]
   const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
+  // FP4 only: the raw ring (128-byte aligned), its full/empty barriers and valid counts.
+  const uint32_t sRaw = (sValid + 4 * S + 127u) & ~127u;
+  const uint32_t rbar = sRaw + C::kR * C::kRawStage, rValid = rbar + 16 * C::kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  init_stage_ring(bar0, S, 12);  // every consumer warp releases a stage
+  // Every consumer warp releases a stage; the producer's expect_tx or each converting warp fills it.
+  init_stage_ring(bar0, S, 12, FP4 ? kConvWarps : 1);
+  if constexpr (FP4) init_stage_ring(rbar, C::kR, kConvWarps);  // the copying thread fills, the converters release
   const int32_t* in = info + blockIdx.y * quant::kPartInfoInts;  // grid: detail::split_grid
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -78,7 +99,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= 12) {  // ---- producer ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
+    if (warp == 12 && lane == 0) {
+      if constexpr (FP4) Fp4RawProducer<DC, DR, C::kR>(p, in, sRaw, rbar, rValid).until(INT_MAX);
+      else produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
+    }
     return;
   }
   // Broadcast from lane 0 so ptxas knows the role is warp-uniform (an RS wgmma under a branch it
@@ -163,6 +187,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::named_bar_sync(kBarFree + 1, kConsumers);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
+    // FP4: tile i of the part from the raw ring into its FP8 stage (the stage it reuses,
+    // i - kS, was released by every consumer before this warpgroup's P.V of tile i - kConvAhead).
+    auto convert_tile = [&](int i) {
+      if constexpr (FP4)
+        convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                                      gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
+                                                      (threadIdx.x - kConvFirst) / 64);
+    };
+    const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
+    if constexpr (FP4)
+      for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
     int split = in[4];
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(p.seqlens[b], kT);
@@ -180,6 +215,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kRows / 2; ++i) acc[mb][i] = 0.f;
       for (int ti = t; ti < stop; ++ti, ++it) {
+        if constexpr (FP4)
+          if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
@@ -215,28 +252,35 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int DC, int DR>
+template <int DC, int DR, bool FP4>
 void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
   static bool smem_set = false;
-  const size_t smem = RCfg<DC, DR>::smem();
-  cuda::set_smem_limit_once(rows64_split_kernel<DC, DR>, smem, smem_set, "fp8 64-row decode split kernel smem limit");
+  const size_t smem = RCfg<DC, DR, FP4>::smem();
+  cuda::set_smem_limit_once(rows64_split_kernel<DC, DR, FP4>, smem, smem_set,
+                            "fp8 64-row decode split kernel smem limit");
   const dim3 grid = detail::split_grid(parts, quant::fp8_decode_row_blocks(p));
-  rows64_split_kernel<DC, DR><<<grid, kThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
+  rows64_split_kernel<DC, DR, FP4><<<grid, kThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc, w.lse_acc);
   cuda::check(cudaGetLastError(), "fp8 64-row decode split launch", "mla decode");
 }
 
-template <int DR>
+template <int DR, bool FP4>
 void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.d_c == 128) launch_cfg<128, DR>(p, w, parts, stream);
-  else if (p.d_c == 256) launch_cfg<256, DR>(p, w, parts, stream);
-  else launch_cfg<512, DR>(p, w, parts, stream);
+  if (p.d_c == 128) launch_cfg<128, DR, FP4>(p, w, parts, stream);
+  else if (p.d_c == 256) launch_cfg<256, DR, FP4>(p, w, parts, stream);
+  else launch_cfg<512, DR, FP4>(p, w, parts, stream);
 }
 
 }  // namespace
 
-void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.d_r == 64) launch_dc<64>(p, w, parts, stream);
-  else launch_dc<32>(p, w, parts, stream);
+void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
+                   bool fp4_cache) {
+  if (fp4_cache) {
+    if (p.d_r == 64) launch_dc<64, true>(p, w, parts, stream);
+    else launch_dc<32, true>(p, w, parts, stream);
+  } else {
+    if (p.d_r == 64) launch_dc<64, false>(p, w, parts, stream);
+    else launch_dc<32, false>(p, w, parts, stream);
+  }
 }
 
 }  // namespace mla::kernels::fp8

@@ -553,8 +553,12 @@ TEST(Kv4Fp8RouteGpu, EqualsFp8DecodeOfConvertedPages) {
   struct Shape {
     int s_q, heads, d_c, d_r, page;
   };
+  // <= 32 rows: the narrow kernel; more: the 64-row kernel (H = 64 and 128, s_q 1-2, and the
+  // 33-64-row TPLA slices).
   for (const Shape sh : {Shape{1, 16, 512, 64, 64}, Shape{2, 8, 512, 64, 64}, Shape{1, 32, 512, 64, 128},
-                         Shape{2, 16, 256, 64, 64}, Shape{1, 4, 128, 32, 64}, Shape{1, 1, 512, 64, 64}}) {
+                         Shape{2, 16, 256, 64, 64}, Shape{1, 4, 128, 32, 64}, Shape{1, 1, 512, 64, 64},
+                         Shape{1, 64, 512, 64, 64}, Shape{2, 64, 512, 64, 64}, Shape{1, 128, 512, 64, 128},
+                         Shape{1, 40, 512, 32, 64}, Shape{1, 64, 256, 64, 64}, Shape{2, 24, 128, 32, 64}}) {
     SCOPED_TRACE("s_q " + std::to_string(sh.s_q) + " heads " + std::to_string(sh.heads) + " d_c " +
                  std::to_string(sh.d_c) + " d_r " + std::to_string(sh.d_r) + " page " + std::to_string(sh.page));
     auto c = make_case(Kv4Format::Fp4, {1, 63, 64, 65, 300, 1000}, sh.s_q, sh.heads, sh.d_c, sh.d_r, sh.page,
@@ -573,6 +577,20 @@ TEST(Kv4Fp8RouteGpu, EqualsFp8DecodeOfConvertedPages) {
     const auto m = model::compare(bf16_to_f64(a.out), ref.out);
     EXPECT_TRUE(m.nonfinite_match) << m.summary();
     EXPECT_LT(m.rel_l2, 0.08) << m.summary();
+  }
+}
+
+// More than 64 rows at d_c <= 256 go to the 128-row TPLA-slice kernel, which reads no FP4: the
+// route refuses them and names the row count and d_c (the BF16 route takes them).
+TEST(Kv4Fp8RouteGpu, RefusesRowsItHasNoKernelFor) {
+  REQUIRE_GPU();
+  auto c = make_case(Kv4Format::Fp4, {64}, 1, 128, 256, 64, 64, 77);
+  try {
+    run_fp8(c, c.pages, true, 8);
+    FAIL() << "128 rows at d_c = 256 must be refused by the FP8 route";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("128 query rows at d_c = 256"), std::string::npos) << m;
   }
 }
 

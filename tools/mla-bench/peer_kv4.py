@@ -9,8 +9,11 @@ cache they dequantise to (FP4: e2m1 * 2^(b - 127); codebook: bf16(level * scale)
 case's RoPE. FlashMLA decodes the dequantised BF16 cache, ours the 4-bit pages: the outputs must
 agree to bf16 rounding (rel. L2 printed). Each call after an L2 flush, interleaved with
 alternating order, CUDA events, median (peer_flashmla.Timer / interleaved). Ours is timed as a
-user calls it: scheduler + split kernel + combine. Ceilings in the same process: copy bandwidth
-and BF16 GEMM 8192^3.
+user calls it: scheduler + split kernel + combine. FP4 shapes also run the FP8-tensor-core route
+of the same pages (kernels/fp8_decode.hpp fp8_decode_fp4_cache_bf16q: the narrow kernel at <= 32
+rows, the 64-row kernel above), whose floor takes the FP8 GEMM rate. Ceilings in the same
+process: copy bandwidth, BF16 GEMM 8192^3 and FP8 GEMM (peer_fp8.fp8_gemm_tflops; twice the
+BF16 rate where torch has no FP8 GEMM).
 
     PYTHONPATH=.peer/flashmla python3 tools/mla-bench/peer_kv4.py \
         --lib build/tools/mla-bench/libmla_kv4_capi.so --json out.json
@@ -25,6 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2  # noqa: E402
+from peer_fp8 import fp8_gemm_tflops  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 
@@ -122,20 +126,23 @@ def suite(name):
     B = 128
     if name == "quick":
         return [("fp4", B, 16, 1, 8192), ("codebook", B, 16, 1, 8192)]
-    if name == "fp4":  # the FP4 shapes both routes run (<= 32 rows), for A/B runs
+    if name == "fp4":  # FP4 shapes of the narrow kernel (<= 32 rows), for A/B runs
         return [("fp4", B, 16, 1, 8192), ("fp4", B, 16, 1, 32768), ("fp4", B, 16, 2, 8192), ("fp4", B, 32, 1, 8192)]
+    if name == "fp4rows":  # FP4 shapes of the 64-row kernel, for A/B runs
+        return [("fp4", B, 64, 1, 8192), ("fp4", B, 128, 1, 8192), ("fp4", B, 128, 1, 32768)]
     out = [("fp4", B, 16, 1, L) for L in (4096, 8192, 32768)]
     out += [("fp4", B, 8, 2, L) for L in (8192, 32768)]
     out += [("fp4", B, 16, 2, 8192), ("fp4", B, 32, 1, 8192)]
     out += [("codebook", B, 16, 1, L) for L in (8192, 32768)]
-    out += [("fp4", B, H, 1, 8192) for H in (64, 128)]  # blocks of 16 rows: functional, not fast
+    out += [("fp4", B, H, 1, 8192) for H in (64, 128)]  # BF16 route: blocks of 16 rows; FP8 route: 64-row kernel
+    out += [("fp4", B, 128, 1, 32768), ("fp4", B, 64, 2, 8192)]
     return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_kv4_capi.so")
-    ap.add_argument("--suite", default="issue12", choices=["issue12", "quick", "fp4"])
+    ap.add_argument("--suite", default="issue12", choices=["issue12", "quick", "fp4", "fp4rows"])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write every figure here")
@@ -145,8 +152,10 @@ def main():
     timer = Timer()
     props = torch.cuda.get_device_properties(0)
     ceil = ceilings(timer)
+    ceil["fp8_gemm_tflops"] = fp8_gemm_tflops(timer) or 2 * ceil["gemm_tflops"]
     print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
-          f"{ceil['copy_gbs']:.0f} GB/s, bf16 GEMM {ceil['gemm_tflops']:.0f} TFLOP/s", flush=True)
+          f"{ceil['copy_gbs']:.0f} GB/s, bf16 GEMM {ceil['gemm_tflops']:.0f} TFLOP/s, fp8 GEMM "
+          f"{ceil['fp8_gemm_tflops']:.0f} TFLOP/s", flush=True)
     res = {"device": props.name, "ceilings": ceil, "runs": args.runs, "shapes": {}}
     print(f"{'shape':<34} {'ours us':>8} {'%floor':>7} {'FM bf16 us':>10} {'%floor':>7} {'FM/ours':>7}  check")
     for i, (fmt, B, H, sq, L) in enumerate(suite(args.suite)):
@@ -158,7 +167,7 @@ def main():
         run_ours, parts = ours.prepare(c, fmt, pages, levels)
         run_fm = flashmla_runner(c)
         fns = [run_ours, run_fm]
-        fp8_route = fmt == "fp4" and sq * H <= 32
+        fp8_route = fmt == "fp4"  # at d_c = 512 the FP8 route takes every row count
         if fp8_route:  # the FP8-tensor-core route of the same FP4 pages
             run_fp8, _ = ours.prepare(c, fmt, pages, levels, route=1)
             fns.append(run_fp8)
@@ -178,18 +187,19 @@ def main():
         flops = 2.0 * rows * L * (c.dim + 512)
         fl4 = max(bytes4 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
         fl16 = max(bytes16 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
+        fl8 = max(bytes4 / (ceil["copy_gbs"] * 1e9), flops / (ceil["fp8_gemm_tflops"] * 1e12)) * 1e6  # FP8 route
         res["shapes"][name] = {"format": fmt, "shape": [B, H, sq, L, 512], "parts": parts, "ours_us": med[0],
                                "ours_range_us": rng[0], "ours_floor_us": fl4, "ours_frac_floor": fl4 / med[0],
                                "flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1],
                                "flashmla_bf16_floor_us": fl16, "flashmla_frac_floor": fl16 / med[1],
                                "speedup_vs_bf16": med[1] / med[0], "byte_ratio": bytes16 / bytes4, "check": check}
         if fp8_route:
-            res["shapes"][name].update({"fp8_route_us": med[2], "fp8_route_range_us": rng[2],
-                                        "fp8_route_frac_floor": fl4 / med[2], "fp8_route_speedup_vs_bf16": med[1] / med[2]})
+            res["shapes"][name].update({"fp8_route_us": med[2], "fp8_route_range_us": rng[2], "fp8_route_floor_us": fl8,
+                                        "fp8_route_frac_floor": fl8 / med[2], "fp8_route_speedup_vs_bf16": med[1] / med[2]})
         print(f"{name:<34} {med[0]:8.1f} {100 * fl4 / med[0]:6.1f}% {med[1]:10.1f} {100 * fl16 / med[1]:6.1f}% "
               f"{med[1] / med[0]:6.2f}x  {check}", flush=True)
         if fp8_route:
-            print(f"{name + ' (fp8 route)':<34} {med[2]:8.1f} {100 * fl4 / med[2]:6.1f}% {'':>10} {'':>7} "
+            print(f"{name + ' (fp8 route)':<34} {med[2]:8.1f} {100 * fl8 / med[2]:6.1f}% {'':>10} {'':>7} "
                   f"{med[1] / med[2]:6.2f}x", flush=True)
         del c, pages, deq, run_ours, run_fm, fns
         torch.cuda.empty_cache()
