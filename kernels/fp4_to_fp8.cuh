@@ -35,13 +35,13 @@ __device__ __forceinline__ void e2m1_e4m3_tables(int k, uint32_t& t0, uint32_t& 
 template <int kGroups>
 struct ScaleRow {
   uint32_t w[kGroups / 4];
-  __device__ __forceinline__ uint32_t byte(int g) const { return (w[g >> 2] >> (8 * (g & 3))) & 0xFFu; }
+  // The bytes as 16-bit lanes (even bytes masked, odd ones moved down by a byte permute) under
+  // max.u16x2 (__vmaxu2: one instruction on sm_90, where __vmaxu4 is emulated in about twelve).
   __device__ __forceinline__ uint32_t max_byte() const {
-    uint32_t m = w[0];
+    uint32_t m = __vmaxu2(w[0] & 0x00FF00FFu, __byte_perm(w[0], 0u, 0x4341));
 #pragma unroll
-    for (int i = 1; i < kGroups / 4; ++i) m = __vmaxu4(m, w[i]);
-    m = __vmaxu4(m, m >> 16);
-    return max(m & 0xFFu, (m >> 8) & 0xFFu);
+    for (int i = 1; i < kGroups / 4; ++i) m = __vmaxu2(m, __vmaxu2(w[i] & 0x00FF00FFu, __byte_perm(w[i], 0u, 0x4341)));
+    return max(m & 0xFFFFu, m >> 16);
   }
 };
 
@@ -61,45 +61,63 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_
 // page of 64 tokens), in kShares shares of 64 threads: this thread converts token T, every
 // kShares-th of its 32-value groups and RoPE chunks from h (its share) on; share 0 writes the
 // token's scale.
+// Addresses: the layouts' section_byte (quant/fp8_cache_layout.hpp) with the per-token parts
+// hoisted: in a section of w-byte rows (w <= 128, a power of two), byte x < w of token T sits at
+// T w + (x ^ sw), sw = (((T w) >> 7) & (w / 16 - 1)) << 4 the token's swizzle, the same for every
+// chunk of the row; wider rows are blocks of 128 (64 rows each). 32-bit offsets: the layouts'
+// size_t arithmetic cost as many instructions as the conversion itself.
 template <int DC, int DR, int kShares>
 __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsigned char* dst, int T, int h) {
   const quant::Fp4CacheLayout l4{64, DC, DR};
   const quant::Fp8CacheLayout l8{64, DC, DR};
   constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
+  constexpr uint32_t kCW = DC / 2 < 128 ? DC / 2 : 128, kRW = 2 * DR, kSR = DC / 32;  // row widths
+  const uint32_t t = static_cast<uint32_t>(T);
+  const uint32_t code_sw = (((t * kCW) >> 7) & (kCW / 16 - 1)) << 4, lat_sw = (t & 7) << 4;
+  const uint32_t rope_sw = (((t * kRW) >> 7) & (kRW / 16 - 1)) << 4;
   // The token's scale row is plain (rows of 4-16 bytes: no swizzle), 4-byte aligned.
+  const unsigned char* srow = raw + static_cast<uint32_t>(l4.scale_offset()) + t * kSR;
   ScaleRow<kGroups> sr;
-  const unsigned char* srow = raw + l4.scale_byte(T, 0);
 #pragma unroll
   for (int i = 0; i < kGroups / 4; ++i) sr.w[i] = *reinterpret_cast<const uint32_t*>(srow + 4 * i);
   const uint32_t bmax = sr.max_byte();
   const bool poison = bmax == quant::kFp4PoisonScale;
   const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
+  const unsigned char* craw = raw + t * kCW;
+  unsigned char* ldst = dst + t * 128;
 #pragma unroll 2
   for (int c = h; c < kGroups; c += kShares) {
-    uint4 codes = *reinterpret_cast<const uint4*>(raw + l4.code_byte(T, 16 * c));
+    const uint32_t ci = 16 * static_cast<uint32_t>(c), li = 32 * static_cast<uint32_t>(c);
+    uint4 codes = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
     uint32_t t0 = 0u, t1 = 0u;
     if (poison) codes = make_uint4(0u, 0u, 0u, 0u);
-    else e2m1_e4m3_tables(static_cast<int>(sr.byte(c)) - 127 - e + 6, t0, t1);
+    else e2m1_e4m3_tables(static_cast<int>(srow[c]) - 127 - e + 6, t0, t1);
     const uint2 a = e2m1x8_to_e4m3(codes.x, t0, t1), b = e2m1x8_to_e4m3(codes.y, t0, t1);
     const uint2 cc = e2m1x8_to_e4m3(codes.z, t0, t1), d = e2m1x8_to_e4m3(codes.w, t0, t1);
-    *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c)) = make_uint4(a.x, a.y, b.x, b.y);
-    *reinterpret_cast<uint4*>(dst + l8.latent_byte(T, 32 * c + 16)) = make_uint4(cc.x, cc.y, d.x, d.y);
+    // bytes li and li + 16 of the row: li % 128 is a multiple of 32, so the second chunk is the
+    // first's with bit 4 set, after the swizzle as before it
+    const uint32_t lo = (li / 128) * 8192 + ((li % 128) ^ lat_sw);
+    *reinterpret_cast<uint4*>(ldst + lo) = make_uint4(a.x, a.y, b.x, b.y);
+    *reinterpret_cast<uint4*>(ldst + (lo ^ 16u)) = make_uint4(cc.x, cc.y, d.x, d.y);
   }
   // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
   const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
+  const unsigned char* rraw = raw + static_cast<uint32_t>(l4.rope_offset()) + t * kRW;
+  unsigned char* rdst = dst + static_cast<uint32_t>(l8.rope_offset()) + t * kRW;
 #pragma unroll
   for (int q = h; q < kRopeChunks; q += kShares) {
-    uint4 v = *reinterpret_cast<const uint4*>(raw + l4.rope_byte(T, 8 * q));
+    const uint32_t ro = (16 * static_cast<uint32_t>(q)) ^ rope_sw;
+    uint4 v = *reinterpret_cast<const uint4*>(rraw + ro);
     uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float lo = __uint_as_float(w[k] << 16) * up, hi = __uint_as_float(w[k] & 0xFFFF0000u) * up;
       w[k] = poison ? 0u : detail::pack_bf16(lo, hi);
     }
-    *reinterpret_cast<uint4*>(dst + l8.rope_byte(T, 8 * q)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(rdst + ro) = make_uint4(w[0], w[1], w[2], w[3]);
   }
   if (h == 0)
-    *reinterpret_cast<float*>(dst + l8.scale_byte(T)) =
+    *reinterpret_cast<float*>(dst + static_cast<uint32_t>(l8.scale_offset()) + 4 * t) =
         poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : __int_as_float((127 + e - 6) << 23);  // e - 6 >= -46
 }
 

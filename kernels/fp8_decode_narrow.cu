@@ -123,7 +123,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
                                                     gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
                                                     (threadIdx.x - kConvFirst) / 64);
   };
-  const int fp4_tiles = FP4 && warp >= 4 ? part_tiles(p, in) : 0;  // the converting warps' count (not warpgroup 0's)
+  // The converting warps' tile count. Computed by warpgroup 0 too: under a warp-dependent
+  // condition ptxas serialised the P.V warpgroups' wgmmas (C7520).
+  const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
 
   if (warp >= 12) {  // ---- producer (FP8 cache) or copier + a third of the converters (FP4 cache) ----
     if constexpr (FP4) {
