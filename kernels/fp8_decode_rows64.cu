@@ -14,10 +14,11 @@
 //        k-step's fragments at a time;
 //   warpgroup 3: one thread issues the bulk copies into the stage ring (4 stages at d_c = 512).
 // With an FP4 cache (the FP8-tensor-core route of the 4-bit decode, kernels/fp4_to_fp8.cuh) that
-// thread copies FP4 tiles into a raw ring and warpgroups 1-2 rewrite each as the FP8 stage, tile
-// it + kConvAhead before their P.V of tile it: the time they would wait for warpgroup 0's P.
-// (Warpgroup 0 converts nothing: its S + softmax chain is the one the others wait on; warpgroup
-// 3 has no registers to spare, 24.)
+// thread copies FP4 tiles into a raw ring and warpgroups 1-2 rewrite each as the FP8 stage: after
+// their P.V of tile it, tile it + kS into the stage it left, so warpgroup 0 finds each stage
+// converted a whole ring ahead (converting before the P.V, one stage ahead, kept warpgroup 0
+// waiting for the stage: 5-7% slower; docs/gpu-notes.md). Warpgroup 0 converts nothing: its S +
+// softmax chain is the one the others wait on; warpgroup 3 has no registers to spare (24).
 // Registers (setmaxnreg): 136 for warpgroup 0, 176 for each P.V warpgroup (128 accumulators; at
 // 168 ptxas serialises their wgmmas), 24 for the producer: the 64K of the SM exactly.
 // Numerics: the rounding points of the twin (quant/fp8_decode_twin) and of the narrow kernel:
@@ -51,15 +52,14 @@ struct RCfg {
   static constexpr uint32_t kSmall = 4 * kRows * 4;  // gamma [2][64], fin [64][2] floats
   static constexpr size_t kFixed = 1024 + kQ8 + kQR + 2 * kP + kSmall;
   // FP8: as many stages as fit (each needs 16 bytes of barriers and 4 of valid count), at most 6.
-  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 two FP8 stages (the converters one
-  // tile ahead) and three raw ones (two in flight while one is converted) are what fits.
+  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 three FP8 stages and one raw stage fit
+  // (the copy of tile i + 1 has the P.V of a tile to land in; two FP8 and three raw stages: 5-7%
+  // slower).
   static constexpr uint32_t kRawStage = FP4 ? 64 * (DC / 2 + DC / 32 + 2 * DR) : 0;
-  static constexpr int kR = FP4 ? (DC == 512 ? 3 : 4) : 0;
+  static constexpr int kR = FP4 ? (DC == 512 ? 1 : 4) : 0;
   static constexpr size_t kRawBytes = FP4 ? 128 + kR * (kRawStage + 20) : 0;
   static constexpr int kFit = static_cast<int>((detail::kMaxSmemPerBlock - kFixed - kRawBytes) / (kStage + 20));
-  static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (kFit < 6 ? kFit : 6);
-  static constexpr int kConvAhead = kS - 1;  // FP4: tiles the converters work ahead of their P.V
-  static_assert(kConvAhead >= 1, "fp8 64-row kernel: the FP4 converters need a stage ahead");
+  static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (kFit < 6 ? kFit : 6);
   static_assert(kS >= 2 && kS <= kFit, "fp8 64-row kernel: fewer than two ring stages fit");
   static constexpr size_t smem() { return kFixed + kS * (kStage + 20) + kRawBytes; }
   static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 64-row kernel: shared memory over the limit");
@@ -187,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::named_bar_sync(kBarFree + 1, kConsumers);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
-    // FP4: tile i of the part from the raw ring into its FP8 stage (the stage it reuses,
-    // i - kS, was released by every consumer before this warpgroup's P.V of tile i - kConvAhead).
+    // FP4: tile i of the part from the raw ring into its FP8 stage: tiles 0 .. kS - 1 first, then
+    // tile it + kS after the P.V of tile it (which both consumer roles have released by then).
     auto convert_tile = [&](int i) {
       if constexpr (FP4)
         convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
     if constexpr (FP4)
-      for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
+      for (int i = 0; i < S && i < fp4_tiles; ++i) convert_tile(i);
     int split = in[4];
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(p.seqlens[b], kT);
@@ -215,8 +215,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < kRows / 2; ++i) acc[mb][i] = 0.f;
       for (int ti = t; ti < stop; ++ti, ++it) {
-        if constexpr (FP4)
-          if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
@@ -243,6 +241,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
+        if constexpr (FP4)  // into the stage this tile left
+          if (it + S < fp4_tiles) convert_tile(it + S);
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
