@@ -1,8 +1,9 @@
 #pragma once
-// The FP8-tensor-core route of the FP4 cache (kernels/fp8_decode_narrow.cu with an FP4 cache):
-// one thread of the narrow FP8 kernel brings each 64-token tile of FP4 pages into a raw ring
-// (bulk copies) and its warpgroups 1-3 rewrite it in shared memory as the FP8 tile the consumers
-// read: an FP8 page of 64 tokens (quant/fp8_cache_layout.hpp), per token
+// The FP8-tensor-core route of the FP4 cache (kernels/fp8_decode_narrow.cu and
+// fp8_decode_rows64.cu with an FP4 cache): one thread of the FP8 kernel brings each 64-token tile
+// of FP4 pages into a raw ring (bulk copies) and its converting warps (narrow: warpgroups 1-3;
+// 64-row: 1-2) rewrite it in shared memory as the FP8 tile the consumers read: an FP8 page of 64
+// tokens (quant/fp8_cache_layout.hpp), per token
 //   E = max(max_g b_g - 127, -40), s = 2^(E - 6), x8 = E4M3(e2m1 * 2^(b_g - 127 - E + 6)),
 //   k_pe' = BF16(k_pe * 2^(6 - E)); poisoned tokens (a scale byte 255): scale NaN, zeros.
 // quant::fp4_cache_to_fp8 is the CPU twin (quant/fp4_to_fp8.hpp), byte for byte.
@@ -121,9 +122,9 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
         poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : __int_as_float((127 + e - 6) << 23);  // e - 6 >= -46
 }
 
-// The FP4 tiles' raw copies for the narrow kernel (one thread): walks the part's tiles and keeps
-// R of them in flight in the raw ring (raw_full[r] = rbar + 8 r with the copies' bytes,
-// raw_empty[r] = rbar + 8 (R + r), rValid[r] the tile's valid token count).
+// The FP4 tiles' raw copies for the narrow and 64-row kernels (one thread): walks the part's
+// tiles and keeps R of them in flight in the raw ring (raw_full[r] = rbar + 8 r with the copies'
+// bytes, raw_empty[r] = rbar + 8 (R + r), rValid[r] the tile's valid token count).
 template <int DC, int DR, int R>
 struct Fp4RawProducer {
   const quant::Fp8DecodeParams& p;

@@ -1,8 +1,9 @@
 #pragma once
 // FP4 cache pages re-expressed as FP8 cache pages (docs/formats/kv-fp4.md, "Decoding on FP8 tensor
-// cores"): what the FP8-tensor-core route of the 4-bit decode (kernels/fp8_decode_narrow.cu with
-// an FP4 cache) writes into shared memory per tile, here for whole pages, so the CPU twin of that
-// route is this conversion followed by the FP8 decode twin (quant/fp8_decode_twin.hpp).
+// cores"): what the FP8-tensor-core route of the 4-bit decode (kernels/fp8_decode_narrow.cu and
+// fp8_decode_rows64.cu with an FP4 cache) writes into shared memory per tile, here for whole
+// pages, so the CPU twin of that route is this conversion followed by the FP8 decode twin
+// (quant/fp8_decode_twin.hpp).
 //
 // Per token, with b_g its UE8M0 bytes (value_i = e2m1_i * 2^(b_g - 127)):
 //   E = max(max_g b_g - 127, -40)            (-40: as the FP8 format's tiny amax, a token of
