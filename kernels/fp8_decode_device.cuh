@@ -5,6 +5,8 @@
 // warpgroups' transposed product O^T = V8^T P8^T (both kernels).
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/fp8_wgmma.cuh"
@@ -292,6 +294,20 @@ __device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, f
         *reinterpret_cast<float2*>(dst + 2 * mb) = make_float2(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
       if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
     }
+  }
+}
+
+// Calls f(dr, fp4) with the RoPE width (32 or 64) and the cache format (FP4 pages or FP8) as
+// std::integral_constant values: the split kernels' launch switch onto their instantiations.
+template <class F>
+void with_dr_and_format(int d_r, bool fp4_cache, F&& f) {
+  using std::integral_constant;
+  if (fp4_cache) {
+    if (d_r == 64) f(integral_constant<int, 64>{}, std::true_type{});
+    else f(integral_constant<int, 32>{}, std::true_type{});
+  } else {
+    if (d_r == 64) f(integral_constant<int, 64>{}, std::false_type{});
+    else f(integral_constant<int, 32>{}, std::false_type{});
   }
 }
 

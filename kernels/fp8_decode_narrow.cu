@@ -358,13 +358,9 @@ void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int 
 
 void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
                    bool fp4_cache) {
-  if (fp4_cache) {
-    if (p.d_r == 64) launch_dc<64, true>(p, w, parts, stream);
-    else launch_dc<32, true>(p, w, parts, stream);
-  } else {
-    if (p.d_r == 64) launch_dc<64, false>(p, w, parts, stream);
-    else launch_dc<32, false>(p, w, parts, stream);
-  }
+  with_dr_and_format(p.d_r, fp4_cache, [&](auto dr, auto fp4) {
+    launch_dc<decltype(dr)::value, decltype(fp4)::value>(p, w, parts, stream);
+  });
 }
 
 }  // namespace mla::kernels::fp8
