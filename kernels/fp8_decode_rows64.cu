@@ -26,6 +26,8 @@
 // sigma = amax / 448, O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
+#include <climits>
+
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
 #include "kernels/fp4_to_fp8.cuh"
