@@ -1,8 +1,9 @@
 #pragma once
-// Device pieces shared by the two FP8 split kernels (kernels/fp8_decode_rows64.cu: 64-row
-// blocks; kernels/fp8_decode_narrow.cu: <= 32 rows, transposed S): descriptors, byte packing, the
-// producer's bulk-copy loop over a CTA's tiles, the query's load into shared memory, and the P.V
-// warpgroups' transposed product O^T = V8^T P8^T (both kernels).
+// Device pieces shared by the FP8 split kernels (kernels/fp8_decode_rows64.cu: 64-row blocks;
+// kernels/fp8_decode_narrow.cu: <= 32 rows, transposed S; kernels/fp8_decode_pair.cu: the TPLA
+// slices' 128-row blocks): descriptors, byte packing, the producer's bulk-copy loop over a CTA's
+// tiles, the query's load into shared memory, the P.V warpgroups' transposed product
+// O^T = V8^T P8^T (narrow and 64-row), and the launch switch over d_r and the cache format.
 #include <cuda_fp8.h>
 
 #include <type_traits>
