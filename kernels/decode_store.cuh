@@ -34,34 +34,44 @@ __device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, floa
   }
 }
 
-// Merges splits [s0, s1) of request b, row r by their natural-log LSE in fp32 (threads t of
-// `threads`, 4 columns each): the combine kernel's arithmetic. Partials are read through L2 (__ldcg): other CTAs wrote them.
-__device__ __forceinline__ void merge_splits_row(const quant::Bf16DecodeParams& p, const float* o_acc,
-                                                 const float* lse_acc, int b, int r, int s0, int s1, int t,
-                                                 int threads) {
-  const int rows = p.s_q * p.heads;
+// The LSE merge of a request's splits [s0, s1) (natural log, fp32), in two pieces so that the
+// combine kernel (merge_splits_row) and the FP8 narrow kernel's fused merge
+// (kernels/fp8_decode_device.cuh) round alike. Partials are read through L2 (__ldcg): other
+// CTAs wrote them. merge_row_lse: row r's merged LSE (-inf when every split's is -inf).
+__device__ __forceinline__ float merge_row_lse(const float* lse_acc, int rows, int r, int s0, int s1) {
   const float neg_inf = -__int_as_float(0x7f800000);
   float m = neg_inf;
   for (int s = s0; s < s1; ++s) m = fmaxf(m, __ldcg(lse_acc + static_cast<size_t>(s) * rows + r));
-  float lse = neg_inf;
-  if (m != neg_inf) {
-    float sum = 0.f;
-    for (int s = s0; s < s1; ++s) sum += expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - m);
-    lse = m + logf(sum);
-  }
+  if (m == neg_inf) return neg_inf;
+  float sum = 0.f;
+  for (int s = s0; s < s1; ++s) sum += expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - m);
+  return m + logf(sum);
+}
+// Split s's weighted columns added to o: o += exp(lse_s - lse) v_s.
+__device__ __forceinline__ void merge_add(float4& o, float lse_s, float lse, float4 v) {
+  const float w = expf(lse_s - lse);
+  o.x += w * v.x;
+  o.y += w * v.y;
+  o.z += w * v.z;
+  o.w += w * v.w;
+}
+
+// Merges splits [s0, s1) of request b, row r (threads t of `threads`, 4 columns each) and writes
+// the bf16 row and its LSE: the combine kernel's body.
+// P: Bf16DecodeParams, or the FP8 decode's parameter block (the same field names).
+template <class P>
+__device__ __forceinline__ void merge_splits_row(const P& p, const float* o_acc, const float* lse_acc, int b, int r,
+                                                 int s0, int s1, int t, int threads) {
+  const int rows = p.s_q * p.heads;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const float lse = merge_row_lse(lse_acc, rows, r, s0, s1);
   bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c;
   for (int c = t * 4; c < p.d_c; c += threads * 4) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (m != neg_inf) {
-      for (int s = s0; s < s1; ++s) {
-        const float w = expf(__ldcg(lse_acc + static_cast<size_t>(s) * rows + r) - lse);
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(s) * rows + r) * p.d_c + c));
-        o.x += w * v.x;
-        o.y += w * v.y;
-        o.z += w * v.z;
-        o.w += w * v.w;
-      }
-    }
+    if (lse != neg_inf)
+      for (int s = s0; s < s1; ++s)
+        merge_add(o, __ldcg(lse_acc + static_cast<size_t>(s) * rows + r), lse,
+                  __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(s) * rows + r) * p.d_c + c)));
     *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
     *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
   }

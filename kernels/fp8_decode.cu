@@ -1,8 +1,10 @@
 // FP8 paged decode (fp8_decode.hpp): the host entry points. Checks the parameters, carves the
-// workspace (the BF16 decode's layout), and launches the scheduler (the BF16 decode's, 64-token
-// tiles; with a BF16 query, one prologue launch that also quantises it), a split kernel and the
-// LSE combine (the BF16 decode's). Requests of <= 32 query rows (s_q H) take the narrow split kernel
-// (kernels/fp8_decode_narrow.cu: transposed products, no 64-row padding); more rows take the
+// workspace (the BF16 decode's layout + merge counters), and launches the scheduler (the BF16
+// decode's, 64-token tiles; skipped for a planned call, fp8_decode_plan; with a BF16 query the
+// same launch may quantise it), a split kernel and the LSE combine (the BF16 decode's). Requests
+// of <= 32 query rows (s_q H) take the narrow split kernel (kernels/fp8_decode_narrow.cu:
+// transposed products, no 64-row padding; it quantises an aligned BF16 query itself and merges
+// each request's splits in the CTA that finishes its last one, so no combine launch); more rows take the
 // 64-row kernel (kernels/fp8_decode_rows64.cu), or at d_c <= 256 (TPLA slices) the 128-row
 // kernel (kernels/fp8_decode_pair.cu). All compute P.V as O^T = V8^T P8^T with V^T built in
 // registers (FP8 wgmma cannot transpose an 8-bit operand; docs/formats/kv-fp8.md).
@@ -40,17 +42,20 @@ quant::Bf16DecodeParams output_shim(const quant::Fp8DecodeParams& p, int parts) 
 
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
-// The first launch of a decode whose query comes in BF16: block 0 runs the split-KV scheduler,
-// the others quantise the query, a warp per row (fp8_quantize_query's encoders, byte for byte).
-// One launch instead of two: 2-4 us less a call on an H100 at H = 16 (docs/gpu-notes.md, "The
-// FP8 prologue in one launch").
+// The launch before the split kernel: block 0 runs the split-KV scheduler and zeroes the merge
+// counters (with `schedule`; fp8_decode_plan, or each unplanned call), the others quantise the
+// query when the split kernel does not (`rows` > 0), a warp per row (fp8_quantize_query's
+// encoders, byte for byte). One launch instead of two: 2-4 us less a call on an H100 at H = 16
+// (docs/gpu-notes.md, "The FP8 prologue in one launch").
 constexpr int kPrologueRowsPerBlock = detail::kSchedThreads / 32;
 __global__ void __launch_bounds__(detail::kSchedThreads)
-    fp8_prologue_kernel(const int32_t* __restrict__ seqlens, int batch, int parts, int32_t* info, int32_t* offsets,
-                        const uint16_t* __restrict__ q, int rows, int d_c, int d_r, uint8_t* q8, uint16_t* q_rope,
-                        float* q_scale, bool vec) {
+    fp8_prologue_kernel(bool schedule, const int32_t* __restrict__ seqlens, int batch, int parts, int32_t* info,
+                        int32_t* offsets, int32_t* merge_cnt, const uint16_t* __restrict__ q, int rows, int d_c,
+                        int d_r, uint8_t* q8, uint16_t* q_rope, float* q_scale, bool vec) {
   __shared__ typename detail::ScheduleScan::TempStorage tmp;
   if (blockIdx.x == 0) {
+    if (!schedule) return;
+    for (int b = threadIdx.x; b < batch; b += blockDim.x) merge_cnt[b] = 0;
     detail::decode_schedule_block(seqlens, batch, kT, parts, info, offsets, tmp);
     return;
   }
@@ -67,19 +72,27 @@ bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
 
 int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(cuda::sm_count(), p); }
 
+namespace {
+// The workspace: the BF16 decode's (schedule, split partials), the merge counters [batch], then
+// (with the query) the quantised query.
+size_t base_bytes(const quant::Fp8DecodeParams& p, int parts) {
+  return align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
+}
+size_t counters_bytes(const quant::Fp8DecodeParams& p) { return align256(static_cast<size_t>(p.batch) * 4); }
+int parts_of(const quant::Fp8DecodeParams& p) { return p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p); }
+}  // namespace
+
 Fp8QueryOffsets fp8_decode_query_offsets(const quant::Fp8DecodeParams& p) {
-  const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);
   const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
   Fp8QueryOffsets o;
-  o.q8 = align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
+  o.q8 = base_bytes(p, parts_of(p)) + counters_bytes(p);
   o.q_rope = o.q8 + align256(rows * p.d_c);
   o.q_scale = o.q_rope + align256(rows * p.d_r * 2);
   return o;
 }
 
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query) {
-  const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);
-  if (!with_query) return align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
+  if (!with_query) return base_bytes(p, parts_of(p)) + counters_bytes(p);
   const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
   return fp8_decode_query_offsets(p).q_scale + align256(rows * 4);
 }
@@ -93,8 +106,31 @@ struct QueryToQuantise {
   float* q_scale;
 };
 
-// fp8_decode's body; fp4_cache: p.cache holds FP4 pages for the narrow kernel's FP4 route;
-// qq: a BF16 query the prologue launch quantises (nullptr: p's query is already FP8).
+int32_t* merge_counters(const quant::Fp8DecodeParams& p, int parts) {
+  return reinterpret_cast<int32_t*>(static_cast<char*>(p.workspace) + base_bytes(p, parts));
+}
+
+void check_workspace(const quant::Fp8DecodeParams& p, const char* what) {
+  const size_t need = fp8_decode_workspace_bytes(p, false);
+  if (p.workspace == nullptr || p.workspace_bytes < need)
+    throw InputError(std::string(what) + ": workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
+                     std::to_string(need) + " for this shape; see fp8_decode_workspace_bytes)");
+}
+
+// The prologue launch: the schedule (schedule) and/or the query's quantisation (qq, rows > 0).
+void launch_prologue(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int32_t* cnt, bool schedule,
+                     const QueryToQuantise* qq, int rows, bool vec, cudaStream_t stream) {
+  fp8_prologue_kernel<<<1 + (rows + kPrologueRowsPerBlock - 1) / kPrologueRowsPerBlock, detail::kSchedThreads, 0,
+                        stream>>>(schedule, p.seqlens, p.batch, p.num_parts, w.info, w.offsets, cnt,
+                                  qq ? qq->q : nullptr, rows, p.d_c, p.d_r, qq ? qq->q8 : nullptr,
+                                  qq ? qq->q_rope : nullptr, qq ? qq->q_scale : nullptr, vec);
+  cuda::check(cudaGetLastError(), "fp8 decode prologue launch (scheduler / query quantisation)", "mla decode");
+}
+
+// fp8_decode's body; fp4_cache: p.cache holds FP4 pages for the FP4 route; qq: a BF16 query to
+// quantise (nullptr: p's query is already FP8). Launches: the prologue unless p.planned and the
+// split kernel quantises the query itself (<= 32 rows, a 16-byte aligned query), the split
+// kernel, and the combine unless the split kernel merges (<= 32 rows).
 void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool fp4_cache,
                  const QueryToQuantise* qq = nullptr) {
   quant::validate_fp8_decode_params(p_in);
@@ -102,26 +138,26 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
     throw InputError("fp8 decode params: (d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) +
                      ") has no GPU kernel (supported: d_c 128, 256, 512 with d_r 32 or 64; the CPU twin takes more)");
   quant::Fp8DecodeParams p = p_in;
-  const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p);
+  const int parts = parts_of(p);
   p.num_parts = parts;
-  const size_t need = quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
-  if (p.workspace == nullptr || p.workspace_bytes < need)
-    throw InputError("fp8 decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
-                     std::to_string(need) + " for this shape; see fp8_decode_workspace_bytes)");
+  check_workspace(p, "fp8 decode params");
   const quant::Bf16DecodeParams po = output_shim(p, parts);
   const detail::Workspace w = detail::carve(po);
-  if (qq == nullptr) {
-    decode_schedule_on_device(p.seqlens, p.batch, kT, parts, w.info, w.offsets, stream);
-  } else {
-    const int rows = p.batch * p.s_q * p.heads;
-    const bool vec = fp8enc::query_vec_ok(qq->q, qq->q8, qq->q_rope, p.d_c, p.d_r);
-    fp8_prologue_kernel<<<1 + (rows + kPrologueRowsPerBlock - 1) / kPrologueRowsPerBlock, detail::kSchedThreads, 0,
-                          stream>>>(p.seqlens, p.batch, parts, w.info, w.offsets, qq->q, rows, p.d_c, p.d_r, qq->q8,
-                                    qq->q_rope, qq->q_scale, vec);
-    cuda::check(cudaGetLastError(), "fp8 decode prologue launch (scheduler + query quantisation)", "mla decode");
+  int32_t* cnt = merge_counters(p, parts);
+  const int rows = p.batch * p.s_q * p.heads;
+  const bool narrow = p.s_q * p.heads <= fp8::kNarrowRows;
+  const bool vec = qq != nullptr && fp8enc::query_vec_ok(qq->q, qq->q8, qq->q_rope, p.d_c, p.d_r);
+  const bool quantise_in_split = narrow && vec;
+  const int prologue_rows = (qq != nullptr && !quantise_in_split) ? rows : 0;
+  if (!p.planned || prologue_rows > 0) launch_prologue(p, w, cnt, !p.planned, qq, prologue_rows, vec, stream);
+  if (narrow) {
+    fp8::NarrowExtras x;
+    if (quantise_in_split) x.query = fp8::QuerySrc{qq->q, qq->q8, qq->q_rope, qq->q_scale};
+    x.merge_cnt = cnt;
+    fp8::launch_narrow(p, x, w, parts, stream, fp4_cache);
+    return;
   }
-  if (p.s_q * p.heads <= fp8::kNarrowRows) fp8::launch_narrow(p, w, parts, stream, fp4_cache);
-  else if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
+  if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
   else fp8::launch_rows64(p, w, parts, stream, fp4_cache);
   detail::launch_combine(po, w, stream);
 }
@@ -146,6 +182,21 @@ void decode_bf16q_impl(const quant::Fp8DecodeParams& p_in, const uint16_t* q, cu
   decode_impl(p, stream, fp4_cache, &qq);
 }
 }  // namespace
+
+void fp8_decode_plan(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
+  auto bad = [](const std::string& what) { throw InputError("fp8 decode plan: " + what); };
+  if (p_in.seqlens == nullptr) bad("seqlens is null");
+  if (p_in.batch < 1) bad("batch = " + std::to_string(p_in.batch) + " (must be >= 1)");
+  if (p_in.s_q != 1 && p_in.s_q != 2) bad("s_q = " + std::to_string(p_in.s_q) + " (supported: 1, 2)");
+  if (p_in.heads < 1 || p_in.heads > 128) bad("heads = " + std::to_string(p_in.heads) + " (supported: 1..128)");
+  if (!fp8_decode_shape_supported(p_in))
+    bad("(d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) + ") has no GPU kernel");
+  quant::Fp8DecodeParams p = p_in;
+  p.num_parts = parts_of(p);
+  check_workspace(p, "fp8 decode plan");
+  const detail::Workspace w = detail::carve(output_shim(p, p.num_parts));
+  launch_prologue(p, w, merge_counters(p, p.num_parts), true, nullptr, 0, false, stream);
+}
 
 void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream) { decode_impl(p, stream, false); }
 

@@ -8,7 +8,7 @@
 //
 // Shapes on the GPU: heads 1..128, s_q 1..2, d_c 128/256/512, d_r 32/64, pages 64/128.
 // fp8_decode_bf16q quantises a bf16 query into the workspace (fp8_quantize_query's encoding,
-// kernels/fp8_append.hpp) in the scheduler's launch.
+// kernels/fp8_append.hpp), in the split kernel (<= 32 rows) or the scheduler's launch.
 // No host synchronisation and no allocation: capturable in a CUDA graph.
 #include <cuda_runtime.h>
 
@@ -20,7 +20,7 @@ namespace mla::kernels {
 bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p);
 // Split-KV parts used when p.num_parts == 0 on the current device.
 int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p);
-// Workspace bytes for p's shape (schedule, split partials); with_query also counts the
+// Workspace bytes for p's shape (schedule, split partials, merge counters); with_query also counts the
 // quantised query that fp8_decode_bf16q writes (q8, q_rope, q_scale).
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query = false);
 // Byte offsets in that workspace of the query fp8_decode_bf16q writes: q8 [rows, d_c] e4m3,
@@ -31,12 +31,22 @@ struct Fp8QueryOffsets {
 };
 Fp8QueryOffsets fp8_decode_query_offsets(const quant::Fp8DecodeParams& p);
 
-// Checks p on the host (mla::InputError naming the field), launches scheduler, split kernel and
-// combine on `stream`. p.q8 / q_rope / q_scale: the quantised query.
+// The split-KV schedule of p's seqlens (and the merge counters) into p.workspace on `stream`:
+// what a decode with p.planned = true reads instead of scheduling itself. Like FlashMLA's
+// get_mla_metadata: once per decode step, before the layers' decodes, which must then use the
+// same seqlens values, batch, s_q, heads, d_c, d_r, num_parts and workspace (and no other
+// decode may use that workspace in between). mla::InputError on a bad shape or workspace.
+void fp8_decode_plan(const quant::Fp8DecodeParams& p, cudaStream_t stream);
+// Checks p on the host (mla::InputError naming the field), launches the scheduler (unless
+// p.planned), the split kernel and the combine on `stream` (requests of <= 32 query rows: the
+// split kernel merges the splits itself, no combine launch). p.q8 / q_rope / q_scale: the
+// quantised query.
 void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream);
 // The same from a bf16 query q [batch, s_q, heads, d_c + d_r]: quantises it into the workspace
-// (p.q8 etc. are ignored; fp8_decode_query_offsets) in the scheduler's launch, then as
-// fp8_decode. Needs fp8_decode_workspace_bytes(p, true).
+// (p.q8 etc. are ignored; fp8_decode_query_offsets), then as fp8_decode. With <= 32 query rows and
+// q 16-byte aligned the split kernel quantises it (the first split of each request writes the
+// workspace copy), so a planned decode is one launch; otherwise the scheduler's launch does.
+// Needs fp8_decode_workspace_bytes(p, true).
 void fp8_decode_bf16q(const quant::Fp8DecodeParams& p, const uint16_t* q, cudaStream_t stream);
 
 // The FP8-tensor-core route of the FP4 cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp,

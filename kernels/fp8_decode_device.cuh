@@ -10,6 +10,8 @@
 
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
+#include "kernels/decode_store.cuh"
+#include "kernels/fp8_encode.cuh"
 #include "kernels/fp8_wgmma.cuh"
 #include "kernels/wgmma_ops.cuh"
 #include "quant/fp8_decode_twin.hpp"
@@ -152,6 +154,126 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
     detail::st_shared_v4(sQR + quant::fp8_swizzle(r * kRB + k * 16, kRB), v);
   }
   detail::fence_proxy_async();
+}
+
+// A bf16 query the split kernel quantises itself (fp8_decode_bf16q with a 16-byte aligned query:
+// fp8enc::query_vec_ok): bf16 [batch, s_q, heads, d_c + d_r]; q8 / q_rope / q_scale: the
+// workspace copy that the first split of each request also writes (the bytes the prologue
+// launch wrote before: fp8_decode_query_offsets). bf16 == nullptr: the query is p's FP8 one.
+struct QuerySrc {
+  const uint16_t* bf16 = nullptr;
+  uint8_t* q8 = nullptr;
+  uint16_t* q_rope = nullptr;
+  float* q_scale = nullptr;
+};
+
+// load_query's shared-memory result, quantised from q.bf16 (fp8enc::quantize_row_vec: the same
+// bytes as the prologue's quantisation and the twin's), plus the rows' scales into sQs [R]
+// (0 past `rows`). Warps `warp` of `warps`, one row each in turn; with to_global the rows also
+// go to q's workspace copy.
+template <int DC, int DR, int R>
+__device__ __forceinline__ void quantize_query_smem(const QuerySrc& q, int b, int rows, uint32_t sQ8, uint32_t sQR,
+                                                    float* sQs, int warp, int warps, int lane, bool to_global) {
+  constexpr int kRB = 2 * DR;
+  for (int r = warp; r < R; r += warps) {
+    if (r >= rows) {  // zeros, as load_query
+      for (int k = lane; k < DC / 16; k += 32)
+        detail::st_shared_v4(sQ8 + (k >> 3) * (R * 128) + r * 128 + (((k & 7) ^ (r & 7)) << 4), make_uint4(0u, 0u, 0u, 0u));
+      for (int k = lane; k < kRB / 16; k += 32)
+        detail::st_shared_v4(sQR + quant::fp8_swizzle(r * kRB + k * 16, kRB), make_uint4(0u, 0u, 0u, 0u));
+      if (lane == 0) sQs[r] = 0.f;
+      continue;
+    }
+    const size_t g = static_cast<size_t>(b) * rows + r;
+    fp8enc::quantize_row_vec(
+        q.bf16 + g * (DC + DR), DC, DR, lane,
+        [&](int j, uint2 v) {
+          const int k = j >> 1;  // 16-byte chunk of the row
+          const uint32_t a = sQ8 + (k >> 3) * (R * 128) + r * 128 + (((k & 7) ^ (r & 7)) << 4) + 8 * (j & 1);
+          asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(a), "r"(v.x), "r"(v.y) : "memory");
+          if (to_global) *reinterpret_cast<uint2*>(q.q8 + g * DC + 8 * j) = v;
+        },
+        [&](int j, uint4 v) {
+          detail::st_shared_v4(sQR + quant::fp8_swizzle(r * kRB + j * 16, kRB), v);
+          if (to_global) *reinterpret_cast<uint4*>(q.q_rope + g * DR + 8 * j) = v;
+        },
+        [&](float s) {
+          sQs[r] = s;
+          if (to_global) q.q_scale[g] = s;
+        });
+  }
+  detail::fence_proxy_async();
+}
+
+// The combine fused into the split kernel (the combine kernel's arithmetic,
+// detail::merge_splits_row, so the output bits are the same), in two steps. take_merge_ticket:
+// after a split of request b (n_split > 1) is stored, the `threads` storing threads (named
+// barrier bar) take a ticket from cnt[b]; it returns true in the CTA that takes the last of the
+// n_split tickets (that CTA puts the counter back to 0 for the next call; the scheduler's launch
+// zeroes it first). The split's stores are made visible device-wide before the ticket
+// (__threadfence); flag: a shared int.
+__device__ __forceinline__ bool take_merge_ticket(int32_t* cnt, int b, int n_split, int t, int threads, int bar,
+                                                  volatile int* flag) {
+  __threadfence();
+  detail::named_bar_sync(bar, threads);
+  if (t == 0) {
+    const bool last = atomicAdd(cnt + b, 1) == n_split - 1;
+    if (last) atomicExch(cnt + b, 0);
+    *flag = last;
+  }
+  detail::named_bar_sync(bar, threads);
+  return *flag != 0;
+}
+// merge_request: the CTA that took the last ticket merges request b's rows (< R) with THREADS
+// threads t: one thread per row computes its LSE (detail::merge_row_lse) into sLse [R] (shared),
+// then each thread accumulates its (row, 4-column) slots split by split, four slots' loads of a
+// split in flight together (a row at a time, the merge took ~3 L2 round trips per row pair).
+// Called after the kernel's tile loop: in it, the merge's divergent loops made ptxas serialise
+// every wgmma of the kernel (C7520). bar: a named barrier of the THREADS threads.
+template <int DC, int R, int THREADS>
+__device__ __forceinline__ void merge_request(const quant::Fp8DecodeParams& p, const float* o_acc, const float* lse_acc,
+                                              const int32_t* offsets, int b, int rows, int t, float* sLse, int bar) {
+  constexpr int kGroups = DC / 4;  // float4 column groups of a row
+  constexpr int kPer = (R * kGroups + THREADS - 1) / THREADS;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  __threadfence();
+  const int s0 = offsets[b], s1 = offsets[b + 1];
+  if (t < rows) {
+    const float lse = detail::merge_row_lse(lse_acc, rows, t, s0, s1);
+    sLse[t] = lse;
+    p.lse[static_cast<size_t>(b) * rows + t] = lse;
+  }
+  detail::named_bar_sync(bar, THREADS);
+  // kChunk slots at a time: all of them (11 at 32 rows) made the FP4 instantiations spill.
+  constexpr int kChunk = 4;
+#pragma unroll 1
+  for (int k0 = 0; k0 < kPer; k0 += kChunk) {
+    float4 o[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) o[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = s0; s < s1; ++s) {
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        const int slot = t + (k0 + k) * THREADS, r = slot / kGroups;
+        if (r >= rows) continue;
+        const float lse = sLse[r];
+        if (lse == neg_inf) continue;
+        const size_t at = static_cast<size_t>(s) * rows + r;
+        detail::merge_add(o[k], __ldcg(lse_acc + at), lse,
+                          __ldcg(reinterpret_cast<const float4*>(o_acc + at * DC + 4 * (slot % kGroups))));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int slot = t + (k0 + k) * THREADS, r = slot / kGroups;
+      if (r >= rows) continue;
+      detail::bf16* dst =
+          reinterpret_cast<detail::bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + 4 * (slot % kGroups);
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o[k].x, o[k].y);
+      *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(o[k].z, o[k].w);
+    }
+  }
+  detail::named_bar_sync(bar, THREADS);  // sLse is free again
 }
 
 // ---- The P.V warpgroups of the transposed product O^T [d_c x N] += V8^T P8^T (the narrow
@@ -322,9 +444,16 @@ void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, 
 void launch_pair(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
 
 // The narrow kernel's launch (kernels/fp8_decode_narrow.cu): rows = s_q heads <= kNarrowRows.
-// fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile.
+// fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile. x: the
+// bf16 query it quantises itself (x.query.bf16, else p's FP8 query) and the merge counters
+// ([batch], zero; x.merge_cnt != nullptr: the kernel merges each request's splits itself and
+// no combine launch follows).
 constexpr int kNarrowRows = 32;
-void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
-                   bool fp4_cache = false);
+struct NarrowExtras {
+  QuerySrc query;
+  int32_t* merge_cnt = nullptr;
+};
+void launch_narrow(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
+                   cudaStream_t stream, bool fp4_cache = false);
 
 }  // namespace mla::kernels::fp8

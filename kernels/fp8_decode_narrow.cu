@@ -59,8 +59,9 @@ struct NCfg {
   static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
   static constexpr int kSRow = 68;  // S^T staging row (floats): 64 tokens + 4, conflict-free stores
   static constexpr uint32_t kSS = N * kSRow * 4;
-  // gamma [2][N], fin [N][2] floats
-  static constexpr uint32_t kSmall = (2 * N + 2 * N) * 4;
+  // gamma [2][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
+  // ticket's flag and the two requests to merge (+ padding)
+  static constexpr uint32_t kSmall = (2 * N + 2 * N + N + N) * 4 + 16;
   // + full/empty barriers and each stage's valid token count
   static constexpr size_t smem() {
     return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
@@ -71,16 +72,18 @@ struct NCfg {
 
 // Named barriers (id 0 is __syncthreads): all consumers around the query load; warpgroup 0's
 // S^T staging; P^T buffer k full (warpgroup 0 arrives, 1-2 wait) and free (the
-// reverse); the epilogue's 1/l and LSE.
-constexpr int kBarQ = 1, kBarStage = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7;
+// reverse); the epilogue's 1/l and LSE; the fused merge's ticket (warpgroups 1-2) and the
+// merge itself (all consumers).
+constexpr int kBarQ = 1, kBarStage = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7, kBarTicket = 8, kBarMerge = 9;
 constexpr int kConsumers = 384;
 // FP4: the converting threads (warpgroups 1-3), in shares of 64 (one token each).
 constexpr int kConvFirst = 128, kConvShares = (kNThreads - kConvFirst) / 64, kConvWarps = 2 * kConvShares;
 
 template <int DC, int DR, int N, bool FP4>
 __global__ void __launch_bounds__(kNThreads, 1)
-    narrow_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
-                        const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+    narrow_split_kernel(const quant::Fp8DecodeParams p, const QuerySrc qsrc, const int32_t* __restrict__ info,
+                        const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc,
+                        int32_t* merge_cnt) {
   using C = NCfg<DC, DR, N, FP4>;
   constexpr int S = C::kS, NC = N / 4;  // NC: query rows per thread in an m64nN accumulator
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -92,6 +95,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const uint32_t sSmall = sP + 2 * C::kP + 2 * C::kSS;
   float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));
   float* fin = gam + 2 * N;
+  float* qs = fin + 2 * N;                                   // the query rows' scales (qsrc.bf16 only)
+  float* merge_lse = qs + N;                                 // the merged rows' LSE
+  volatile int* merge_flag = reinterpret_cast<int*>(merge_lse + N);  // [0] the ticket, [1..2] the requests to merge
   const uint32_t bar0 = sSmall + C::kSmall;  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
   const uint32_t sValid = bar0 + 16 * S;     // valid tokens of the tile in stage s (producer-written)
   // FP4 only: the raw ring (128-byte aligned), its full/empty barriers and valid counts.
@@ -160,12 +166,16 @@ __global__ void __launch_bounds__(kNThreads, 1)
       for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
   int split = in[4];
   int it = 0;
+  int merge_b0 = -1, merge_b1 = -1;  // the requests this CTA merges (warpgroups 1-2)
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
     const int n_split = offsets[b + 1] - offsets[b];
     detail::named_bar_sync(kBarQ, kConsumers);  // warpgroup 0 is done with the previous query
-    load_query<DC, DR, N>(p, b, rows, 0, sQ8, sQR, threadIdx.x, kConsumers);
+    if (qsrc.bf16 != nullptr)  // quantised here (the first split also fills the workspace copy)
+      quantize_query_smem<DC, DR, N>(qsrc, b, rows, sQ8, sQR, qs, warp, kConsumers / 32, lane, split == offsets[b]);
+    else
+      load_query<DC, DR, N>(p, b, rows, 0, sQ8, sQR, threadIdx.x, kConsumers);
     detail::named_bar_sync(kBarQ, kConsumers);
     if (wg == 0) {
       // ======== S^T, online softmax, P8^T ========
@@ -175,7 +185,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
       // column (N / 4 of them), and P^T leaves as one TPT-byte store.
       constexpr int LPR = 128 / N, TPT = 64 / LPR;
       const int n = threadIdx.x / LPR, q = threadIdx.x % LPR, tok0 = q * TPT;
-      const float rowf = n < rows ? p.q_scale[static_cast<size_t>(b) * rows + n] * (p.scale * detail::kLog2e) : 0.f;
+      const float qsn = qsrc.bf16 != nullptr ? qs[n] : (n < rows ? p.q_scale[static_cast<size_t>(b) * rows + n] : 0.f);
+      const float rowf = n < rows ? qsn * (p.scale * detail::kLog2e) : 0.f;
       const int lim_off = p.s_q - 1 - min(n / p.heads, p.s_q - 1);
       float m_run = neg_inf, l_run = 0.f, sig = 1.f;
       const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
@@ -322,44 +333,62 @@ __global__ void __launch_bounds__(kNThreads, 1)
       detail::named_bar_sync(kBarFin, kConsumers);
       store_pv_rows<DC, NB, N>(p, o_acc, lse_acc, b, split, n_split, rows, 0, c0, acc, fin, tq,
                                wg == 1 && wiw == 0 && g == 0);
+      // A part holds at most two requests of several splits (its first and its last): their
+      // merges wait for the end of the tile loop.
+      if (merge_cnt != nullptr && n_split > 1 &&
+          take_merge_ticket(merge_cnt, b, n_split, threadIdx.x - 128, 256, kBarTicket, merge_flag)) {
+        if (merge_b0 < 0) merge_b0 = b;
+        else merge_b1 = b;
+      }
     }
   }
   if (wg == 0) {  // the last phase of each buffer that warpgroups 1-2 opened
     detail::named_bar_sync(kBarFree, kConsumers);
     detail::named_bar_sync(kBarFree + 1, kConsumers);
+  } else if (threadIdx.x == 128) {
+    merge_flag[1] = merge_b0;
+    merge_flag[2] = merge_b1;
   }
+  if (merge_cnt == nullptr) return;
+  detail::named_bar_sync(kBarMerge, kConsumers);  // every consumer merges the requests warpgroups 1-2 won
+  const int m0 = merge_flag[1], m1 = merge_flag[2];
+  if (m0 >= 0) merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m0, rows, threadIdx.x, merge_lse, kBarMerge);
+  if (m1 >= 0) merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m1, rows, threadIdx.x, merge_lse, kBarMerge);
 }
 
 template <int DC, int DR, int N, bool FP4>
-void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
+void launch_cfg(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
+                cudaStream_t stream) {
   static bool smem_set = false;
   const size_t smem = NCfg<DC, DR, N, FP4>::smem();
   cuda::set_smem_limit_once(narrow_split_kernel<DC, DR, N, FP4>, smem, smem_set,
                             "fp8 narrow decode split kernel smem limit");
-  narrow_split_kernel<DC, DR, N, FP4><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, w.info, w.offsets, w.o_acc,
-                                                                                   w.lse_acc);
+  narrow_split_kernel<DC, DR, N, FP4><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, x.query, w.info, w.offsets,
+                                                                                   w.o_acc, w.lse_acc, x.merge_cnt);
   cuda::check(cudaGetLastError(), "fp8 narrow decode split launch", "mla decode");
 }
 
 template <int DC, int DR, bool FP4>
-void launch_n(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.s_q * p.heads <= 16) launch_cfg<DC, DR, 16, FP4>(p, w, parts, stream);
-  else launch_cfg<DC, DR, 32, FP4>(p, w, parts, stream);
+void launch_n(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
+              cudaStream_t stream) {
+  if (p.s_q * p.heads <= 16) launch_cfg<DC, DR, 16, FP4>(p, x, w, parts, stream);
+  else launch_cfg<DC, DR, 32, FP4>(p, x, w, parts, stream);
 }
 
 template <int DR, bool FP4>
-void launch_dc(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  if (p.d_c == 128) launch_n<128, DR, FP4>(p, w, parts, stream);
-  else if (p.d_c == 256) launch_n<256, DR, FP4>(p, w, parts, stream);
-  else launch_n<512, DR, FP4>(p, w, parts, stream);
+void launch_dc(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
+               cudaStream_t stream) {
+  if (p.d_c == 128) launch_n<128, DR, FP4>(p, x, w, parts, stream);
+  else if (p.d_c == 256) launch_n<256, DR, FP4>(p, x, w, parts, stream);
+  else launch_n<512, DR, FP4>(p, x, w, parts, stream);
 }
 
 }  // namespace
 
-void launch_narrow(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
-                   bool fp4_cache) {
+void launch_narrow(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
+                   cudaStream_t stream, bool fp4_cache) {
   with_dr_and_format(p.d_r, fp4_cache, [&](auto dr, auto fp4) {
-    launch_dc<decltype(dr)::value, decltype(fp4)::value>(p, w, parts, stream);
+    launch_dc<decltype(dr)::value, decltype(fp4)::value>(p, x, w, parts, stream);
   });
 }
 

@@ -59,11 +59,14 @@ __device__ void encode_row(const uint16_t* src, int d_c, int d_r, int lane, Stor
 // 8-byte (latent) and 16-byte (RoPE) vectors; encode_row's arithmetic (row_scale, latent_code,
 // rope_bits), element for element.
 constexpr int kMaxVec = 3;
-__device__ __forceinline__ void quantize_query_row_vec(const uint16_t* q, int r, int d_c, int d_r, uint8_t* q8,
-                                                       uint16_t* q_rope, float* q_scale, int lane) {
-  const size_t rr = static_cast<size_t>(r);
+// The row at src with the 32 lanes of a warp; the callbacks take latent vector j (bytes
+// 8 j .. 8 j + 7, as a uint2), RoPE vector j (values 8 j .. 8 j + 7, bf16 bits, as a uint4) and
+// the scale (lane 0).
+template <class StoreX, class StoreR, class StoreS>
+__device__ __forceinline__ void quantize_row_vec(const uint16_t* src_row, int d_c, int d_r, int lane, StoreX store_x,
+                                                 StoreR store_r, StoreS store_s) {
   const int nv = (d_c + d_r) / 8, nvc = d_c / 8;
-  const uint4* src = reinterpret_cast<const uint4*>(q + rr * (d_c + d_r));
+  const uint4* src = reinterpret_cast<const uint4*>(src_row);
   uint4 v[kMaxVec];
   float amax = 0.f;
   bool finite = true;
@@ -96,7 +99,7 @@ __device__ __forceinline__ void quantize_query_row_vec(const uint16_t* q, int r,
           b[e >> 2] |= static_cast<uint32_t>(latent_code(x, s)) << (8 * (e & 3));
         }
       }
-      *reinterpret_cast<uint2*>(q8 + rr * d_c + 8 * j) = make_uint2(b[0], b[1]);
+      store_x(j, make_uint2(b[0], b[1]));
     } else {  // 8 RoPE values -> 8 BF16
       uint32_t o[4] = {0u, 0u, 0u, 0u};
       if (finite) {
@@ -106,10 +109,21 @@ __device__ __forceinline__ void quantize_query_row_vec(const uint16_t* q, int r,
           o[e >> 1] |= static_cast<uint32_t>(rope_bits(x, s)) << (16 * (e & 1));
         }
       }
-      *reinterpret_cast<uint4*>(q_rope + rr * d_r + 8 * (j - nvc)) = make_uint4(o[0], o[1], o[2], o[3]);
+      store_r(j - nvc, make_uint4(o[0], o[1], o[2], o[3]));
     }
   }
-  if (lane == 0) q_scale[r] = s;
+  if (lane == 0) store_s(s);
+}
+
+// Query row r into the global buffers q8 [rows, d_c], q_rope [rows, d_r], q_scale [rows].
+__device__ __forceinline__ void quantize_query_row_vec(const uint16_t* q, int r, int d_c, int d_r, uint8_t* q8,
+                                                       uint16_t* q_rope, float* q_scale, int lane) {
+  const size_t rr = static_cast<size_t>(r);
+  quantize_row_vec(
+      q + rr * (d_c + d_r), d_c, d_r, lane,
+      [&](int j, uint2 b) { *reinterpret_cast<uint2*>(q8 + rr * d_c + 8 * j) = b; },
+      [&](int j, uint4 o) { *reinterpret_cast<uint4*>(q_rope + rr * d_r + 8 * j) = o; },
+      [&](float s) { q_scale[r] = s; });
 }
 
 // The query's row r (any d_c, d_r, alignment): encode_row element by element.

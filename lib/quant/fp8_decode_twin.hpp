@@ -51,6 +51,10 @@ struct Fp8DecodeParams {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   int* error_flag = nullptr;
+  // GPU only: the workspace already holds kernels::fp8_decode_plan's schedule for these seqlens,
+  // batch, rows and num_parts (one plan per decode step serves every layer), so the decode
+  // launches no scheduler. The twin ignores it.
+  bool planned = false;
 
   MLA_FP8_HD Fp8CacheLayout layout() const { return Fp8CacheLayout{page_size, d_c, d_r}; }
 };

@@ -160,6 +160,43 @@ void check_case(const Fp8Case& c, const std::string& name, bool with_f64 = true,
               vs_twin.rel_l2, lse_err, vs_ref_rel);
 }
 
+// One fp8_decode_plan, then `layers` planned decodes of the case (as the layers of one decode
+// step), the workspace NaN-poisoned before the plan. q_offset > 0: the bf16 query starts that many
+// elements into its buffer (not 16-byte aligned: the prologue launch quantises it instead of
+// the split kernel). Returns each layer's (out, lse).
+std::vector<GpuResult> run_gpu_planned(const Fp8Case& c, int parts, int layers, int q_offset = 0) {
+  std::vector<uint16_t> qbuf(q_offset, 0);
+  qbuf.insert(qbuf.end(), c.q.begin(), c.q.end());
+  Dev<uint16_t> q(qbuf), out(static_cast<size_t>(c.batch) * c.rows() * c.d_c);
+  Dev<uint8_t> cache(c.cache);
+  Dev<int32_t> table(c.table), seqlens(c.seqlens);
+  Dev<float> lse(static_cast<size_t>(c.batch) * c.rows());
+  std::vector<uint16_t> ho;
+  std::vector<float> hl;
+  quant::Fp8DecodeParams p = c.params(ho, hl);
+  p.num_parts = parts;
+  p.cache = cache.ptr;
+  p.page_table = table.ptr;
+  p.seqlens = seqlens.ptr;
+  p.out = out.ptr;
+  p.lse = lse.ptr;
+  Dev<char> ws(kernels::fp8_decode_workspace_bytes(p, true));
+  p.workspace = ws.ptr;
+  p.workspace_bytes = ws.count;
+  EXPECT_EQ(cudaMemset(ws.ptr, 0xFF, ws.count), cudaSuccess);
+  kernels::fp8_decode_plan(p, nullptr);
+  p.planned = true;
+  std::vector<GpuResult> r;
+  for (int l = 0; l < layers; ++l) {
+    EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
+    EXPECT_EQ(cudaMemset(lse.ptr, 0xFF, lse.count * 4), cudaSuccess);
+    kernels::fp8_decode_bf16q(p, q.ptr + q_offset, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    r.push_back(GpuResult{out.download(), lse.download(), 0, {}, {}});
+  }
+  return r;
+}
+
 Fp8Case make(int batch, int s_q, int heads, int d_c, int d_r, int page, std::vector<int> lens, uint32_t seed,
              uint8_t fill = 0xFF) {
   Fp8Case c;
@@ -346,6 +383,50 @@ TEST(Fp8Gpu, CudaGraphCapture) {
   REQUIRE_GPU();
   Fp8Case c = make(4, 1, 64, 512, 64, 64, {900, 1, 2000, 64}, 23);
   check_case(c, "graph", /*with_f64=*/true, /*graph=*/true);
+}
+
+// A planned decode (fp8_decode_plan once, then decodes that schedule nothing) equals the
+// unplanned one bit for bit, layer after layer: the narrow kernel's fused merge puts its
+// counters back to zero for the next call. Requests of several splits (3000, 4100 tokens), the
+// narrow kernel (16 and 32 rows), the 64-row kernel + combine (64 rows), a misaligned query.
+TEST(Fp8Gpu, PlannedDecodesEqualUnplanned) {
+  REQUIRE_GPU();
+  uint32_t seed = 300;
+  for (int heads : {16, 32, 64}) {
+    Fp8Case c = make(5, 1, heads, 512, 64, 64, {3000, 1, 700, 4100, 65}, seed++);
+    std::vector<uint16_t> ho;
+    std::vector<float> hl;
+    const int parts = kernels::fp8_decode_parts_for_device(c.params(ho, hl));
+    const GpuResult want = run_gpu(c, parts);
+    for (int q_offset : {0, 1}) {
+      const std::vector<GpuResult> got = run_gpu_planned(c, parts, 3, q_offset);
+      for (size_t l = 0; l < got.size(); ++l) {
+        const std::string name = "H" + std::to_string(heads) + " q_offset " + std::to_string(q_offset) + " layer " +
+                                 std::to_string(l);
+        EXPECT_EQ(got[l].out, want.out) << name;
+        EXPECT_EQ(std::memcmp(got[l].lse.data(), want.lse.data(), 4 * want.lse.size()), 0) << name;
+      }
+    }
+  }
+}
+
+TEST(Fp8Gpu, PlanRefusesBadInput) {
+  Fp8Case c = make(2, 1, 16, 512, 64, 64, {100, 5}, 9);
+  std::vector<uint16_t> ho;
+  std::vector<float> hl;
+  quant::Fp8DecodeParams p = c.params(ho, hl);
+  p.num_parts = 8;
+  char ws[16];
+  p.workspace = ws;
+  p.workspace_bytes = sizeof ws;
+  try {
+    kernels::fp8_decode_plan(p, nullptr);
+    FAIL() << "a 16-byte workspace was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace_bytes = 16"), std::string::npos) << e.what();
+  }
+  p.seqlens = nullptr;
+  EXPECT_THROW(kernels::fp8_decode_plan(p, nullptr), InputError);
 }
 
 TEST(Fp8Gpu, FlashMlaV32CacheDecodes) {

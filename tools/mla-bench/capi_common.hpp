@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "core/error.hpp"
+#include "kernels/fp8_decode.hpp"
 #include "quant/decode_twin_bf16.hpp"
 
 namespace mla::capi {
@@ -56,6 +59,21 @@ void set_split(Params& p, int num_parts, void* workspace, size_t workspace_bytes
   p.num_parts = num_parts;
   p.workspace = workspace;
   p.workspace_bytes = workspace_bytes;
+}
+
+// The FP8 entry points' `mode`: 0 a decode that schedules itself; 1 kernels::fp8_decode_plan only
+// (once per step, untimed, as FlashMLA's metadata); 2 a planned decode (p.planned). Returns true
+// when the call is done (the plan); throws mla::InputError on another mode. A template so that
+// only the libraries calling it need the FP8 kernels.
+template <typename Params>
+bool plan_or_mark(Params& p, int mode, cudaStream_t stream) {
+  if (mode < 0 || mode > 2) throw InputError("capi: mode = " + std::to_string(mode) + " (0, 1 or 2)");
+  if (mode == 1) {
+    kernels::fp8_decode_plan(p, stream);
+    return true;
+  }
+  p.planned = mode == 2;
+  return false;
 }
 
 }  // namespace

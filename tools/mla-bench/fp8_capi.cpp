@@ -44,16 +44,18 @@ int mla_fp8_capi_parts(int batch, int s_q, int heads, int d_c, int d_r, size_t* 
   }
 }
 
-// kernels::fp8_decode_bf16q (query quantisation + decode) on `stream`; 0 on success.
+// kernels::fp8_decode_bf16q (query quantisation + decode) on `stream`; 0 on success. mode
+// (mla::capi::PlanMode): 0 the decode schedules itself, 1 fp8_decode_plan only, 2 a planned decode.
 int mla_fp8_capi_run(const void* q, const void* cache, const int32_t* page_table, const int32_t* seqlens, void* out,
                      float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages, int page_size,
-                     int max_pages, float scale, int num_parts, void* workspace, size_t workspace_bytes, void* stream,
-                     char* err, size_t err_len) {
+                     int max_pages, float scale, int num_parts, void* workspace, size_t workspace_bytes, int mode,
+                     void* stream, char* err, size_t err_len) {
   return mla::capi::report_errors(err, err_len, [&] {
     auto p = mla::capi::decode_params<mla::quant::Fp8DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads, d_c,
                                                                    d_r, num_pages, page_size, max_pages, scale);
     p.cache = static_cast<const uint8_t*>(cache);
     mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
+    if (mla::capi::plan_or_mark(p, mode, static_cast<cudaStream_t>(stream))) return;
     mla::kernels::fp8_decode_bf16q(p, static_cast<const uint16_t*>(q), static_cast<cudaStream_t>(stream));
   });
 }

@@ -32,20 +32,23 @@ int mla_kv4_capi_parts(int route, int batch, int s_q, int heads, int d_c, int d_
 }
 
 // The decode on `stream` (format 0 = FP4, 1 = codebook with `levels`[16]; route as above, the
-// FP8 route for FP4 only); 0 on success, else 1 with the message in err.
+// FP8 route for FP4 only); 0 on success, else 1 with the message in err. mode (FP8 route only,
+// mla::capi::PlanMode): 0 the decode schedules itself, 1 fp8_decode_plan only, 2 a planned decode.
 int mla_kv4_capi_run(int route, int format, const float* levels, const void* q, const void* cache, const int32_t* page_table,
                      const int32_t* seqlens, void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r,
                      int num_pages, int page_size, int max_pages, float scale, int num_parts, void* workspace,
-                     size_t workspace_bytes, void* stream, char* err, size_t err_len) {
+                     size_t workspace_bytes, int mode, void* stream, char* err, size_t err_len) {
   return mla::capi::report_errors(err, err_len, [&] {
     if (route == 1) {
       auto f = mla::capi::decode_params<mla::quant::Fp8DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads,
                                                                      d_c, d_r, num_pages, page_size, max_pages, scale);
       f.cache = static_cast<const uint8_t*>(cache);
       mla::capi::set_split(f, num_parts, workspace, workspace_bytes);
+      if (mla::capi::plan_or_mark(f, mode, static_cast<cudaStream_t>(stream))) return;
       mla::kernels::fp8_decode_fp4_cache_bf16q(f, static_cast<const uint16_t*>(q), static_cast<cudaStream_t>(stream));
       return;
     }
+    if (mode != 0) throw mla::InputError("kv4 capi: mode = " + std::to_string(mode) + " (plans exist for route 1 only)");
     mla::kernels::Kv4DecodeParams kp;
     kp.base = mla::capi::decode_params<mla::quant::Bf16DecodeParams>(page_table, seqlens, out, lse, batch, s_q, heads,
                                                                      d_c, d_r, num_pages, page_size, max_pages, scale);

