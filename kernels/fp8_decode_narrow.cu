@@ -57,14 +57,17 @@ struct NCfg {
   static constexpr uint32_t kRSbo = 8 * kRB;
   static constexpr uint32_t kStage = StageBytes<DC, DR>::kAligned;
   static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
+  // P^T buffers: warpgroup 0 runs up to kPB - 1 tiles ahead of the P.V warps (three measured no
+  // faster than two, docs/gpu-notes.md seventh session)
+  static constexpr int kPB = 2;
   static constexpr int kSRow = 68;  // S^T staging row (floats): 64 tokens + 4, conflict-free stores
   static constexpr uint32_t kSS = N * kSRow * 4;
-  // gamma [2][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
+  // gamma [kPB][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
   // ticket's flag and the two requests to merge (+ padding)
-  static constexpr uint32_t kSmall = (2 * N + 2 * N + N + N) * 4 + 16;
+  static constexpr uint32_t kSmall = (kPB * N + 2 * N + N + N) * 4 + 16;
   // + full/empty barriers and each stage's valid token count
   static constexpr size_t smem() {
-    return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
+    return 1024 + kQ8 + kQR + kS * kStage + kPB * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
            4 * kR;
   }
   static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 narrow kernel: shared memory over the limit");
@@ -85,16 +88,17 @@ __global__ void __launch_bounds__(kNThreads, 1)
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc,
                         int32_t* merge_cnt) {
   using C = NCfg<DC, DR, N, FP4>;
+  static_assert(kBarFree - kBarFull == C::kPB && kBarFin - kBarFree == C::kPB, "fp8 narrow kernel: a barrier per P^T buffer");
   constexpr int S = C::kS, NC = N / 4;  // NC: query rows per thread in an m64nN accumulator
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw = detail::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* gbase = smem_raw + (base - raw);
   const uint32_t sQ8 = base, sQR = sQ8 + C::kQ8, sSt = sQR + C::kQR, sP = sSt + S * C::kStage;
-  float* sS = reinterpret_cast<float*>(gbase + (sP + 2 * C::kP - base));  // [2][N][kSRow]
-  const uint32_t sSmall = sP + 2 * C::kP + 2 * C::kSS;
+  float* sS = reinterpret_cast<float*>(gbase + (sP + C::kPB * C::kP - base));  // [2][N][kSRow]
+  const uint32_t sSmall = sP + C::kPB * C::kP + 2 * C::kSS;
   float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));
-  float* fin = gam + 2 * N;
+  float* fin = gam + C::kPB * N;
   float* qs = fin + 2 * N;                                   // the query rows' scales (qsrc.bf16 only)
   float* merge_lse = qs + N;                                 // the merged rows' LSE
   volatile int* merge_flag = reinterpret_cast<int*>(merge_lse + N);  // [0] the ticket, [1..2] the requests to merge
@@ -158,8 +162,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int g = lane / 4, tq = lane % 4;
   const float neg_inf = -__int_as_float(0x7f800000);
   if (wg > 0) {  // both P^T buffers start free
-    detail::named_bar_arrive(kBarFree, kConsumers);
-    detail::named_bar_arrive(kBarFree + 1, kConsumers);
+    for (int k = 0; k < C::kPB; ++k) detail::named_bar_arrive(kBarFree + k, kConsumers);
   }
   if constexpr (FP4)
     if (wg > 0)
@@ -190,17 +193,17 @@ __global__ void __launch_bounds__(kNThreads, 1)
       const int lim_off = p.s_q - 1 - min(n / p.heads, p.s_q - 1);
       float m_run = neg_inf, l_run = 0.f, sig = 1.f;
       const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
-      for (int ti = t; ti < stop; ++ti, ++it) {
-        const int stage = it % S;
+      // S of running tile i2 into acc: waits for its stage, issues the wgmmas and commits them
+      // (the caller waits). Issued one tile ahead: S(it + 1) runs on the tensor cores while the
+      // softmax of tile it runs (FlashAttention-3's intra-warpgroup overlap).
+      auto issue_s = [&](int i2, float (&acc)[N / 2]) {
+        const int stage = i2 % S;
         const uint32_t st = sSt + stage * C::kStage;
-        const int j0 = ti * kT;
-        detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
-        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
-        float sv[N / 2];
+        detail::mbar_wait(bar0 + 8 * stage, (i2 / S) & 1);
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) {
-          sv[i] = 0.f;
-          gmma::fence_operand(sv[i]);
+          acc[i] = 0.f;
+          gmma::fence_operand(acc[i]);
         }
         // descriptors: one base each, k-steps by constant adds (detail::gmma_desc_at)
         const uint64_t dt = desc_sw(st, 1024, 1), dq = desc_sw(sQ8, 1024, 1);
@@ -209,23 +212,21 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < DC / 32; ++kk) {
           const uint32_t kb = kk * 32;
-          ss_e4m3_narrow<N>(sv, detail::gmma_desc_at(dt, (kb >> 7) * 8192 + (kb & 127)),
+          ss_e4m3_narrow<N>(acc, detail::gmma_desc_at(dt, (kb >> 7) * 8192 + (kb & 127)),
                             detail::gmma_desc_at(dq, (kb >> 7) * (N * 128) + (kb & 127)));
         }
 #pragma unroll
         for (int kk = 0; kk < DR / 16; ++kk)
-          ss_bf16_narrow<N>(sv, detail::gmma_desc_at(dtr, kk * 32), detail::gmma_desc_at(dqr, kk * 32));
+          ss_bf16_narrow<N>(acc, detail::gmma_desc_at(dtr, kk * 32), detail::gmma_desc_at(dqr, kk * 32));
         gmma::commit();
-        gmma::wait<0>();
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) gmma::fence_operand(sv[i]);
-        // S^T [n][token] into buffer it & 1 (rows of kSRow floats: conflict-free stores); the
-        // buffer's readers of tile it - 2 have passed this barrier of tile it - 1.
-        float* ss = sS + (it & 1) * N * C::kSRow;
-#pragma unroll
-        for (int c = 0; c < NC; ++c)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) ss[acc_col(c, tq) * C::kSRow + m0 + 8 * h] = sv[acc_reg(c, h)];
+      };
+      // The rest of tile ti (running index it), its S^T staged by take().
+      auto finish_tile = [&](int ti) {
+        const int stage = it % S;
+        const uint32_t st = sSt + stage * C::kStage;
+        const int j0 = ti * kT;
+        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
+        const float* ss = sS + (it & 1) * N * C::kSRow;
         detail::named_bar_sync(kBarStage, 128);
         float x[TPT], skv[TPT];
         const float* skp = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
@@ -273,9 +274,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
         for (int i = 0; i < TPT / 4; ++i)
           pw[i] = pack_e4m3(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
-        const int pb = it & 1;
+        const int pb = it % C::kPB;
         const uint32_t pa = sP + pb * C::kP + n * 128 + (((tok0 >> 4) ^ (n & 7)) << 4) + (tok0 & 15);
-        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
+        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - kPB is done with buffer pb
         if constexpr (TPT == 8) {
           asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(pa), "r"(pw[0]), "r"(pw[1]) : "memory");
         } else {
@@ -284,6 +285,54 @@ __global__ void __launch_bounds__(kNThreads, 1)
         if (q == 0) gam[pb * N + n] = gamma;
         detail::fence_proxy_async();
         detail::named_bar_arrive(kBarFull + pb, kConsumers);
+      };
+      // S of tile it (the one issued last, into acc) into staging buffer it & 1 as S^T
+      // [n][token] (rows of kSRow floats: conflict-free stores); the buffer's readers of tile
+      // it - 2 have passed tile it - 1's kBarStage.
+      auto take = [&](float (&acc)[N / 2]) {
+        gmma::wait<0>();
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) gmma::fence_operand(acc[i]);
+        float* ss = sS + (it & 1) * N * C::kSRow;
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) ss[acc_col(c, tq) * C::kSRow + m0 + 8 * h] = acc[acc_reg(c, h)];
+      };
+      // FP8 pages: two accumulator sets in turn (one set reissued in place made ptxas serialise
+      // the wgmmas, C7514): tile ti's S in cur, the next tile's issued into nxt before its
+      // softmax. FP4 pages: S issued and taken in turn (the overlap made the FP4 route 4-7%
+      // slower: its P.V warps convert, and its 32-row instantiations spilled).
+      float sa[N / 2], sb[N / 2];
+      auto step = [&](float (&cur)[N / 2], float (&nxt)[N / 2], int ti) {
+        take(cur);
+        issue_s(it + 1, nxt);
+        finish_tile(ti);
+        ++it;
+      };
+      auto last = [&](float (&cur)[N / 2], int ti) {
+        take(cur);
+        finish_tile(ti);
+        ++it;
+      };
+      if constexpr (FP4) {
+        for (int ti = t; ti < stop; ++ti) {
+          issue_s(it, sa);
+          last(sa, ti);
+        }
+      } else if (t < stop) {
+        issue_s(it, sa);
+        int ti = t;
+        for (; ti + 2 < stop; ti += 2) {
+          step(sa, sb, ti);
+          step(sb, sa, ti + 1);
+        }
+        if (ti + 1 < stop) {
+          step(sa, sb, ti);
+          last(sb, ti + 1);
+        } else {
+          last(sa, ti);
+        }
       }
       // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of row n ----
 #pragma unroll
@@ -318,7 +367,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
         vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 1, fr[1]);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
-        const int pb = it & 1;
+        const int pb = it % C::kPB;
         detail::named_bar_sync(kBarFull + pb, kConsumers);
         pv_rescale<NB, N>(acc, gam + pb * N, tq);
         gmma::fence();
@@ -343,8 +392,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
     }
   }
   if (wg == 0) {  // the last phase of each buffer that warpgroups 1-2 opened
-    detail::named_bar_sync(kBarFree, kConsumers);
-    detail::named_bar_sync(kBarFree + 1, kConsumers);
+    for (int k = 0; k < C::kPB; ++k) detail::named_bar_sync(kBarFree + k, kConsumers);
   } else if (threadIdx.x == 128) {
     merge_flag[1] = merge_b0;
     merge_flag[2] = merge_b1;
