@@ -43,6 +43,8 @@ def parse_args():
     ap.add_argument("--only", help="comma-separated shape names (e.g. B128_H16_sq1_L8k_dc512) to run alone")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--parts", type=int, default=0,
+                    help="split parts for ours (0: the library's default for the shape and device)")
     ap.add_argument("--json", help="write every figure here")
     return ap.parse_args()
 
@@ -180,7 +182,7 @@ def main():
         if only is not None and name not in only:
             continue
         c = Case(B, H, sq, dc, 64, L, 64, seed=3000 + i)
-        run_ours, parts = ours.prepare(c)
+        run_ours, parts = ours.prepare(c, args.parts)
         fns = [run_ours]
         peer = dc == 512
         if peer:
