@@ -126,11 +126,13 @@ TwinResult run_twin(const Fp8Case& c, int parts) {
   return r;
 }
 
-void check_case(const Fp8Case& c, const std::string& name, bool with_f64 = true, bool graph = false) {
-  // The GPU's default parts on this device; the twin uses the same count.
+// parts_override > 0: that many split parts, else the GPU's default on this device; the twin
+// uses the same count.
+void check_case(const Fp8Case& c, const std::string& name, bool with_f64 = true, bool graph = false,
+                int parts_override = 0) {
   std::vector<uint16_t> ho;
   std::vector<float> hl;
-  const int parts = kernels::fp8_decode_parts_for_device(c.params(ho, hl));
+  const int parts = parts_override > 0 ? parts_override : kernels::fp8_decode_parts_for_device(c.params(ho, hl));
   const GpuResult g = run_gpu(c, parts, graph);
   const TwinResult t = run_twin(c, parts);
   EXPECT_EQ(g.flag, 0) << name;
@@ -383,6 +385,20 @@ TEST(Fp8Gpu, CudaGraphCapture) {
   REQUIRE_GPU();
   Fp8Case c = make(4, 1, 64, 512, 64, 64, {900, 1, 2000, 64}, 23);
   check_case(c, "graph", /*with_f64=*/true, /*graph=*/true);
+}
+
+// Few parts for many requests: each CTA decodes several requests in turn (one-tile requests
+// among them), so warpgroup 0 runs into the next request while the P.V warps still store the
+// previous one (the narrow kernel's fin buffers by request parity), and the 64-row kernel alike.
+TEST(Fp8Gpu, ManyRequestsPerPart) {
+  REQUIRE_GPU();
+  const std::vector<int> lens = {1, 64, 65, 2, 130, 7, 64, 1, 300, 3, 128, 5};
+  uint32_t seed = 400;
+  for (int heads : {16, 32, 64})
+    for (int parts : {1, 3, 5}) {
+      Fp8Case c = make(static_cast<int>(lens.size()), 1, heads, 512, 64, 64, lens, seed++);
+      check_case(c, "many requests H" + std::to_string(heads) + " parts " + std::to_string(parts), true, false, parts);
+    }
 }
 
 // A planned decode (fp8_decode_plan once, then decodes that schedule nothing) equals the
