@@ -51,41 +51,67 @@ struct GpuResult {
   std::vector<uint16_t> out;
   std::vector<float> lse;
   int flag = 0;
-  std::vector<char> workspace;  // after the call: holds the query the prologue quantised
+  std::vector<char> workspace;  // after the call: holds the quantised query
   kernels::Fp8QueryOffsets query;
+};
+
+// The device side of a decode of case c: its buffers and the parameter block pointing at them.
+// q_offset > 0: the bf16 query starts that many elements into its buffer (not 16-byte aligned:
+// the prologue launch quantises it instead of the narrow split kernel).
+struct DeviceCase {
+  Dev<uint16_t> q, out;
+  Dev<uint8_t> cache;
+  Dev<int32_t> table, seqlens;
+  Dev<float> lse;
+  Dev<int> flag;
+  Dev<char> ws;
+  quant::Fp8DecodeParams p;
+  int q_offset = 0;
+
+  DeviceCase(const Fp8Case& c, int parts, int q_off = 0)
+      : out(static_cast<size_t>(c.batch) * c.rows() * c.d_c), cache(c.cache), table(c.table), seqlens(c.seqlens),
+        lse(static_cast<size_t>(c.batch) * c.rows()), flag(std::vector<int>{0}), q_offset(q_off) {
+    std::vector<uint16_t> qbuf(q_offset, 0);
+    qbuf.insert(qbuf.end(), c.q.begin(), c.q.end());
+    q = Dev<uint16_t>(qbuf);
+    std::vector<uint16_t> ho;
+    std::vector<float> hl;
+    p = c.params(ho, hl);
+    p.num_parts = parts;
+    p.cache = cache.ptr;
+    p.page_table = table.ptr;
+    p.seqlens = seqlens.ptr;
+    p.out = out.ptr;
+    p.lse = lse.ptr;
+    p.error_flag = flag.ptr;
+    ws = Dev<char>(kernels::fp8_decode_workspace_bytes(p, true));
+    p.workspace = ws.ptr;
+    p.workspace_bytes = ws.count;
+  }
+  const uint16_t* query() const { return q.ptr + q_offset; }
+  // NaN everywhere the kernels write (with_workspace: the workspace too): anything left
+  // unwritten shows.
+  void poison(bool with_workspace) {
+    EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
+    EXPECT_EQ(cudaMemset(lse.ptr, 0xFF, lse.count * 4), cudaSuccess);
+    if (with_workspace) {
+      EXPECT_EQ(cudaMemset(ws.ptr, 0xFF, ws.count), cudaSuccess);
+    }
+  }
 };
 
 // Runs the GPU decode from the case's bf16 query (quantised on the GPU) on the case's cache.
 GpuResult run_gpu(const Fp8Case& c, int parts = 0, bool graph = false) {
-  Dev<uint16_t> q(c.q), out(static_cast<size_t>(c.batch) * c.rows() * c.d_c);
-  Dev<uint8_t> cache(c.cache);
-  Dev<int32_t> table(c.table), seqlens(c.seqlens);
-  Dev<float> lse(static_cast<size_t>(c.batch) * c.rows());
-  Dev<int> flag(std::vector<int>{0});
-  std::vector<uint16_t> ho;
-  std::vector<float> hl;
-  quant::Fp8DecodeParams p = c.params(ho, hl);
-  p.num_parts = parts;
-  p.cache = cache.ptr;
-  p.page_table = table.ptr;
-  p.seqlens = seqlens.ptr;
-  p.out = out.ptr;
-  p.lse = lse.ptr;
-  p.error_flag = flag.ptr;
-  Dev<char> ws(kernels::fp8_decode_workspace_bytes(p, true));
-  p.workspace = ws.ptr;
-  p.workspace_bytes = ws.count;
-  // NaN everywhere the kernels write: anything left unwritten shows.
-  EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
-  EXPECT_EQ(cudaMemset(lse.ptr, 0xFF, lse.count * 4), cudaSuccess);
-  EXPECT_EQ(cudaMemset(ws.ptr, 0xFF, ws.count), cudaSuccess);
+  DeviceCase d(c, parts);
+  const quant::Fp8DecodeParams& p = d.p;
+  d.poison(true);
   if (graph) {
     cudaStream_t s;
     EXPECT_EQ(cudaStreamCreate(&s), cudaSuccess);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-    kernels::fp8_decode_bf16q(p, q.ptr, s);
+    kernels::fp8_decode_bf16q(p, d.query(), s);
     EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
     EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
     for (int i = 0; i < 2; ++i) EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
@@ -94,14 +120,16 @@ GpuResult run_gpu(const Fp8Case& c, int parts = 0, bool graph = false) {
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   } else {
-    kernels::fp8_decode_bf16q(p, q.ptr, nullptr);
+    kernels::fp8_decode_bf16q(p, d.query(), nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
-  GpuResult r{out.download(), lse.download(), flag.download()[0], ws.download(), kernels::fp8_decode_query_offsets(p)};
+  GpuResult r{d.out.download(), d.lse.download(), d.flag.download()[0], d.ws.download(),
+              kernels::fp8_decode_query_offsets(p)};
   return r;
 }
 
-// The query fp8_decode_bf16q quantised in its prologue launch equals the twin's, byte for byte.
+// The query fp8_decode_bf16q quantised (in the narrow split kernel or the prologue launch, into the
+// workspace) equals the twin's, byte for byte.
 void check_query_bytes(const Fp8Case& c, const GpuResult& g, const std::string& name) {
   const int rows = c.batch * c.rows();
   std::vector<uint8_t> q8(static_cast<size_t>(rows) * c.d_c);
@@ -167,34 +195,17 @@ void check_case(const Fp8Case& c, const std::string& name, bool with_f64 = true,
 // elements into its buffer (not 16-byte aligned: the prologue launch quantises it instead of
 // the split kernel). Returns each layer's (out, lse).
 std::vector<GpuResult> run_gpu_planned(const Fp8Case& c, int parts, int layers, int q_offset = 0) {
-  std::vector<uint16_t> qbuf(q_offset, 0);
-  qbuf.insert(qbuf.end(), c.q.begin(), c.q.end());
-  Dev<uint16_t> q(qbuf), out(static_cast<size_t>(c.batch) * c.rows() * c.d_c);
-  Dev<uint8_t> cache(c.cache);
-  Dev<int32_t> table(c.table), seqlens(c.seqlens);
-  Dev<float> lse(static_cast<size_t>(c.batch) * c.rows());
-  std::vector<uint16_t> ho;
-  std::vector<float> hl;
-  quant::Fp8DecodeParams p = c.params(ho, hl);
-  p.num_parts = parts;
-  p.cache = cache.ptr;
-  p.page_table = table.ptr;
-  p.seqlens = seqlens.ptr;
-  p.out = out.ptr;
-  p.lse = lse.ptr;
-  Dev<char> ws(kernels::fp8_decode_workspace_bytes(p, true));
-  p.workspace = ws.ptr;
-  p.workspace_bytes = ws.count;
-  EXPECT_EQ(cudaMemset(ws.ptr, 0xFF, ws.count), cudaSuccess);
+  DeviceCase d(c, parts, q_offset);
+  quant::Fp8DecodeParams& p = d.p;
+  d.poison(true);
   kernels::fp8_decode_plan(p, nullptr);
   p.planned = true;
   std::vector<GpuResult> r;
   for (int l = 0; l < layers; ++l) {
-    EXPECT_EQ(cudaMemset(out.ptr, 0xFF, out.count * 2), cudaSuccess);
-    EXPECT_EQ(cudaMemset(lse.ptr, 0xFF, lse.count * 4), cudaSuccess);
-    kernels::fp8_decode_bf16q(p, q.ptr + q_offset, nullptr);
+    d.poison(false);
+    kernels::fp8_decode_bf16q(p, d.query(), nullptr);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    r.push_back(GpuResult{out.download(), lse.download(), 0, {}, {}});
+    r.push_back(GpuResult{d.out.download(), d.lse.download(), d.flag.download()[0], {}, {}});
   }
   return r;
 }
