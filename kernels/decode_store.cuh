@@ -36,7 +36,7 @@ __device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, floa
 
 // The LSE merge of a request's splits [s0, s1) (natural log, fp32), in two pieces so that the
 // combine kernel (merge_splits_row) and the FP8 narrow kernel's fused merge
-// (kernels/fp8_decode_device.cuh) round alike. Partials are read through L2 (__ldcg): other
+// (kernels/fp8_decode_device.cuh) evaluate the same expressions in the same order. Partials are read through L2 (__ldcg): other
 // CTAs wrote them. merge_row_lse: row r's merged LSE (-inf when every split's is -inf).
 __device__ __forceinline__ float merge_row_lse(const float* lse_acc, int rows, int r, int s0, int s1) {
   const float neg_inf = -__int_as_float(0x7f800000);

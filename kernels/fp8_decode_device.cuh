@@ -205,9 +205,9 @@ __device__ __forceinline__ void quantize_query_smem(const QuerySrc& q, int b, in
   detail::fence_proxy_async();
 }
 
-// The combine fused into the split kernel (the combine kernel's arithmetic,
-// detail::merge_splits_row, so the output bits are the same), in two steps. take_merge_ticket:
-// after a split of request b (n_split > 1) is stored, the `threads` storing threads (named
+// The combine fused into the split kernel (the combine kernel's arithmetic: the two pieces of
+// detail::merge_splits_row, the same expressions in the same order), in two steps.
+// take_merge_ticket: after a split of request b (n_split > 1) is stored, the `threads` storing threads (named
 // barrier bar) take a ticket from cnt[b]; it returns true in the CTA that takes the last of the
 // n_split tickets (that CTA puts the counter back to 0 for the next call; the scheduler's launch
 // zeroes it first). The split's stores are made visible device-wide before the ticket
