@@ -191,6 +191,8 @@ void fp8_decode_plan(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
   if (p_in.heads < 1 || p_in.heads > 128) bad("heads = " + std::to_string(p_in.heads) + " (supported: 1..128)");
   if (!fp8_decode_shape_supported(p_in))
     bad("(d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) + ") has no GPU kernel");
+  if (p_in.num_parts < 0 || p_in.num_parts > 65535)
+    bad("num_parts = " + std::to_string(p_in.num_parts) + " (must be in 0..65535, as the decode's)");
   quant::Fp8DecodeParams p = p_in;
   p.num_parts = parts_of(p);
   check_workspace(p, "fp8 decode plan");

@@ -452,6 +452,17 @@ TEST(Fp8Gpu, PlanRefusesBadInput) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("workspace_bytes = 16"), std::string::npos) << e.what();
   }
+  p.num_parts = -1;  // the field checks come before the workspace's
+  try {
+    kernels::fp8_decode_plan(p, nullptr);
+    FAIL() << "num_parts = -1 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_parts = -1"), std::string::npos) << e.what();
+  }
+  p.num_parts = 8;
+  p.d_r = 48;
+  EXPECT_THROW(kernels::fp8_decode_plan(p, nullptr), InputError);
+  p.d_r = 64;
   p.seqlens = nullptr;
   EXPECT_THROW(kernels::fp8_decode_plan(p, nullptr), InputError);
 }
