@@ -1,5 +1,8 @@
 // The FP8 split kernel for requests of <= 32 query rows (s_q H: H <= 16 at s_q = 2, H <= 32 at
-// s_q = 1), called by fp8_decode (kernels/fp8_decode.cu) between the scheduler and the combine.
+// s_q = 1), called by fp8_decode (kernels/fp8_decode.cu) after the scheduler's launch, or alone
+// for a planned call (fp8_decode_plan): it quantises a BF16 query itself and merges the splits of
+// each request in the CTA that finishes the last one (fp8_decode_device.cuh: take_merge_ticket,
+// merge_request), so no combine launch follows.
 //
 // The 64-row kernel (fp8_decode_rows64.cu) puts query rows in wgmma's M (64 rows: 48 of them
 // empty at H = 16). Here both products are transposed so the rows are wgmma's N (16 or 32):
@@ -13,7 +16,8 @@
 // Warp roles (512 threads): warpgroup 0 computes S^T, stages it through shared memory so each
 // thread owns one query row and 64 / (128 / N) of its tokens, runs the online softmax there
 // (row reductions over 128 / N lanes of one warp) and writes P8^T and the rows' rescale factors
-// into one of two buffers; warpgroups 1 and 2 each own d_c / 2 output
+// into one of two buffers, with S of tile i+1 already issued to the tensor cores (FP8 pages);
+// warpgroups 1 and 2 each own d_c / 2 output
 // channels and, per tile, load their V^T fragments, release the ring stage, then run P.V when
 // P^T arrives. So S + softmax of tile i+1 overlap P.V of tile i. Warpgroup 3: one thread issues
 // the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so 3 tiles stay in flight.
