@@ -132,6 +132,13 @@ __device__ __forceinline__ void init_stage_ring(uint32_t bar0, int stages, int r
   __syncthreads();
 }
 
+// Byte address of 16-byte chunk k of query row r in the shared q8 of R rows: DC / 128 column
+// blocks of R x 128 B, 128-byte swizzle (the wgmma K-major layout).
+template <int R>
+__device__ __forceinline__ uint32_t q8_chunk(uint32_t sQ8, int r, int k) {
+  return sQ8 + (k >> 3) * (R * 128) + r * 128 + (((k & 7) ^ (r & 7)) << 4);
+}
+
 // Query rows [row0, row0 + R) of request b (zeros past `rows`) into shared memory in the
 // K-major swizzled layouts wgmma reads: q8 as DC / 128 column blocks of R x 128 B (128-byte
 // swizzle), q_rope as R rows of 2 DR bytes (128- or 64-byte swizzle). Threads t of n.
@@ -144,7 +151,7 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
     const int r = c / (DC / 16), k = c % (DC / 16);
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(q8 + static_cast<size_t>(row0 + r) * DC + k * 16);
-    detail::st_shared_v4(sQ8 + (k >> 3) * (R * 128) + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
+    detail::st_shared_v4(q8_chunk<R>(sQ8, r, k), v);
   }
   const uint8_t* qr = reinterpret_cast<const uint8_t*>(p.q_rope) + static_cast<size_t>(b) * rows * kRB;
   for (int c = t; c < R * (kRB / 16); c += n) {
@@ -178,7 +185,7 @@ __device__ __forceinline__ void quantize_query_smem(const QuerySrc& q, int b, in
   for (int r = warp; r < R; r += warps) {
     if (r >= rows) {  // zeros, as load_query
       for (int k = lane; k < DC / 16; k += 32)
-        detail::st_shared_v4(sQ8 + (k >> 3) * (R * 128) + r * 128 + (((k & 7) ^ (r & 7)) << 4), make_uint4(0u, 0u, 0u, 0u));
+        detail::st_shared_v4(q8_chunk<R>(sQ8, r, k), make_uint4(0u, 0u, 0u, 0u));
       for (int k = lane; k < kRB / 16; k += 32)
         detail::st_shared_v4(sQR + quant::fp8_swizzle(r * kRB + k * 16, kRB), make_uint4(0u, 0u, 0u, 0u));
       if (lane == 0) sQs[r] = 0.f;
@@ -188,8 +195,7 @@ __device__ __forceinline__ void quantize_query_smem(const QuerySrc& q, int b, in
     fp8enc::quantize_row_vec(
         q.bf16 + g * (DC + DR), DC, DR, lane,
         [&](int j, uint2 v) {
-          const int k = j >> 1;  // 16-byte chunk of the row
-          const uint32_t a = sQ8 + (k >> 3) * (R * 128) + r * 128 + (((k & 7) ^ (r & 7)) << 4) + 8 * (j & 1);
+          const uint32_t a = q8_chunk<R>(sQ8, r, j >> 1) + 8 * (j & 1);  // 8-byte half of chunk j / 2
           asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(a), "r"(v.x), "r"(v.y) : "memory");
           if (to_global) *reinterpret_cast<uint2*>(q.q8 + g * DC + 8 * j) = v;
         },
@@ -446,8 +452,7 @@ void launch_pair(const quant::Fp8DecodeParams& p, const detail::Workspace& w, in
 // The narrow kernel's launch (kernels/fp8_decode_narrow.cu): rows = s_q heads <= kNarrowRows.
 // fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile. x: the
 // bf16 query it quantises itself (x.query.bf16, else p's FP8 query) and the merge counters
-// ([batch], zero; x.merge_cnt != nullptr: the kernel merges each request's splits itself and
-// no combine launch follows).
+// ([batch], zero: the kernel merges each request's splits itself; no combine launch follows).
 constexpr int kNarrowRows = 32;
 struct NarrowExtras {
   QuerySrc query;

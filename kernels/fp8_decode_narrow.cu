@@ -61,17 +61,14 @@ struct NCfg {
   static constexpr uint32_t kRSbo = 8 * kRB;
   static constexpr uint32_t kStage = StageBytes<DC, DR>::kAligned;
   static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
-  // P^T buffers: warpgroup 0 runs up to kPB - 1 tiles ahead of the P.V warps (three measured no
-  // faster than two, docs/gpu-notes.md seventh session)
-  static constexpr int kPB = 2;
   static constexpr int kSRow = 68;  // S^T staging row (floats): 64 tokens + 4, conflict-free stores
   static constexpr uint32_t kSS = N * kSRow * 4;
-  // gamma [kPB][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
+  // gamma [2][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
   // ticket's flag and the two requests to merge (+ padding)
-  static constexpr uint32_t kSmall = (kPB * N + 2 * N + N + N) * 4 + 16;
+  static constexpr uint32_t kSmall = (2 * N + 2 * N + N + N) * 4 + 16;
   // + full/empty barriers and each stage's valid token count
   static constexpr size_t smem() {
-    return 1024 + kQ8 + kQR + kS * kStage + kPB * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
+    return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
            4 * kR;
   }
   static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 narrow kernel: shared memory over the limit");
@@ -92,17 +89,16 @@ __global__ void __launch_bounds__(kNThreads, 1)
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc,
                         int32_t* merge_cnt) {
   using C = NCfg<DC, DR, N, FP4>;
-  static_assert(kBarFree - kBarFull == C::kPB && kBarFin - kBarFree == C::kPB, "fp8 narrow kernel: a barrier per P^T buffer");
   constexpr int S = C::kS, NC = N / 4;  // NC: query rows per thread in an m64nN accumulator
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw = detail::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   unsigned char* gbase = smem_raw + (base - raw);
   const uint32_t sQ8 = base, sQR = sQ8 + C::kQ8, sSt = sQR + C::kQR, sP = sSt + S * C::kStage;
-  float* sS = reinterpret_cast<float*>(gbase + (sP + C::kPB * C::kP - base));  // [2][N][kSRow]
-  const uint32_t sSmall = sP + C::kPB * C::kP + 2 * C::kSS;
+  float* sS = reinterpret_cast<float*>(gbase + (sP + 2 * C::kP - base));  // [2][N][kSRow]
+  const uint32_t sSmall = sP + 2 * C::kP + 2 * C::kSS;
   float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));
-  float* fin = gam + C::kPB * N;
+  float* fin = gam + 2 * N;
   float* qs = fin + 2 * N;                                   // the query rows' scales (qsrc.bf16 only)
   float* merge_lse = qs + N;                                 // the merged rows' LSE
   volatile int* merge_flag = reinterpret_cast<int*>(merge_lse + N);  // [0] the ticket, [1..2] the requests to merge
@@ -112,18 +108,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const uint32_t sRaw = (sValid + 4 * S + 127u) & ~127u;
   const uint32_t rbar = sRaw + C::kR * C::kRawStage, rValid = rbar + 16 * C::kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) {
-      detail::mbar_init(bar0 + 8 * s, FP4 ? kConvWarps : 1);  // the producer's expect_tx, or each converting warp
-      detail::mbar_init(bar0 + 8 * (S + s), 12);      // every consumer warp releases a stage
-    }
-    for (int r = 0; r < C::kR; ++r) {
-      detail::mbar_init(rbar + 8 * r, 1);               // the copying thread's expect_tx
-      detail::mbar_init(rbar + 8 * (C::kR + r), kConvWarps);  // each converting warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  // Every consumer warp releases a stage; the producer's expect_tx or each converting warp fills it.
+  init_stage_ring(bar0, S, 12, FP4 ? kConvWarps : 1);
+  if constexpr (FP4) init_stage_ring(rbar, C::kR, kConvWarps);  // the copying thread fills, the converters release
   const int32_t* in = info + blockIdx.x * quant::kPartInfoInts;
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -166,7 +153,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const int g = lane / 4, tq = lane % 4;
   const float neg_inf = -__int_as_float(0x7f800000);
   if (wg > 0) {  // both P^T buffers start free
-    for (int k = 0; k < C::kPB; ++k) detail::named_bar_arrive(kBarFree + k, kConsumers);
+    detail::named_bar_arrive(kBarFree, kConsumers);
+    detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
   if constexpr (FP4)
     if (wg > 0)
@@ -278,9 +266,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
         for (int i = 0; i < TPT / 4; ++i)
           pw[i] = pack_e4m3(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
-        const int pb = it % C::kPB;
+        const int pb = it & 1;
         const uint32_t pa = sP + pb * C::kP + n * 128 + (((tok0 >> 4) ^ (n & 7)) << 4) + (tok0 & 15);
-        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - kPB is done with buffer pb
+        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
         if constexpr (TPT == 8) {
           asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(pa), "r"(pw[0]), "r"(pw[1]) : "memory");
         } else {
@@ -371,7 +359,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
         vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 1, fr[1]);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
-        const int pb = it % C::kPB;
+        const int pb = it & 1;
         detail::named_bar_sync(kBarFull + pb, kConsumers);
         pv_rescale<NB, N>(acc, gam + pb * N, tq);
         gmma::fence();
@@ -388,7 +376,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
                                wg == 1 && wiw == 0 && g == 0);
       // A part holds at most two requests of several splits (its first and its last): their
       // merges wait for the end of the tile loop.
-      if (merge_cnt != nullptr && n_split > 1 &&
+      if (n_split > 1 &&
           take_merge_ticket(merge_cnt, b, n_split, threadIdx.x - 128, 256, kBarTicket, merge_flag)) {
         if (merge_b0 < 0) merge_b0 = b;
         else merge_b1 = b;
@@ -396,12 +384,12 @@ __global__ void __launch_bounds__(kNThreads, 1)
     }
   }
   if (wg == 0) {  // the last phase of each buffer that warpgroups 1-2 opened
-    for (int k = 0; k < C::kPB; ++k) detail::named_bar_sync(kBarFree + k, kConsumers);
+    detail::named_bar_sync(kBarFree, kConsumers);
+    detail::named_bar_sync(kBarFree + 1, kConsumers);
   } else if (threadIdx.x == 128) {
     merge_flag[1] = merge_b0;
     merge_flag[2] = merge_b1;
   }
-  if (merge_cnt == nullptr) return;
   detail::named_bar_sync(kBarMerge, kConsumers);  // every consumer merges the requests warpgroups 1-2 won
   const int m0 = merge_flag[1], m1 = merge_flag[2];
   if (m0 >= 0) merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m0, rows, threadIdx.x, merge_lse, kBarMerge);
