@@ -106,6 +106,13 @@ struct QueryToQuantise {
   float* q_scale;
 };
 
+// The GPU kernels' (d_c, d_r), past the twin's validation.
+void check_gpu_shape(const quant::Fp8DecodeParams& p) {
+  if (!fp8_decode_shape_supported(p))
+    throw InputError("fp8 decode params: (d_c, d_r) = (" + std::to_string(p.d_c) + ", " + std::to_string(p.d_r) +
+                     ") has no GPU kernel (supported: d_c 128, 256, 512 with d_r 32 or 64; the CPU twin takes more)");
+}
+
 int32_t* merge_counters(const quant::Fp8DecodeParams& p, int parts) {
   return reinterpret_cast<int32_t*>(static_cast<char*>(p.workspace) + base_bytes(p, parts));
 }
@@ -120,10 +127,10 @@ void check_workspace(const quant::Fp8DecodeParams& p, const char* what) {
 // The prologue launch: the schedule (schedule) and/or the query's quantisation (qq, rows > 0).
 void launch_prologue(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int32_t* cnt, bool schedule,
                      const QueryToQuantise* qq, int rows, bool vec, cudaStream_t stream) {
+  const QueryToQuantise q = qq ? *qq : QueryToQuantise{};
   fp8_prologue_kernel<<<1 + (rows + kPrologueRowsPerBlock - 1) / kPrologueRowsPerBlock, detail::kSchedThreads, 0,
-                        stream>>>(schedule, p.seqlens, p.batch, p.num_parts, w.info, w.offsets, cnt,
-                                  qq ? qq->q : nullptr, rows, p.d_c, p.d_r, qq ? qq->q8 : nullptr,
-                                  qq ? qq->q_rope : nullptr, qq ? qq->q_scale : nullptr, vec);
+                        stream>>>(schedule, p.seqlens, p.batch, p.num_parts, w.info, w.offsets, cnt, q.q, rows, p.d_c,
+                                  p.d_r, q.q8, q.q_rope, q.q_scale, vec);
   cuda::check(cudaGetLastError(), "fp8 decode prologue launch (scheduler / query quantisation)", "mla decode");
 }
 
@@ -134,9 +141,7 @@ void launch_prologue(const quant::Fp8DecodeParams& p, const detail::Workspace& w
 void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool fp4_cache,
                  const QueryToQuantise* qq = nullptr) {
   quant::validate_fp8_decode_params(p_in);
-  if (!fp8_decode_shape_supported(p_in))
-    throw InputError("fp8 decode params: (d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) +
-                     ") has no GPU kernel (supported: d_c 128, 256, 512 with d_r 32 or 64; the CPU twin takes more)");
+  check_gpu_shape(p_in);
   quant::Fp8DecodeParams p = p_in;
   const int parts = parts_of(p);
   p.num_parts = parts;
@@ -184,18 +189,11 @@ void decode_bf16q_impl(const quant::Fp8DecodeParams& p_in, const uint16_t* q, cu
 }  // namespace
 
 void fp8_decode_plan(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
-  auto bad = [](const std::string& what) { throw InputError("fp8 decode plan: " + what); };
-  if (p_in.seqlens == nullptr) bad("seqlens is null");
-  if (p_in.batch < 1) bad("batch = " + std::to_string(p_in.batch) + " (must be >= 1)");
-  if (p_in.s_q != 1 && p_in.s_q != 2) bad("s_q = " + std::to_string(p_in.s_q) + " (supported: 1, 2)");
-  if (p_in.heads < 1 || p_in.heads > 128) bad("heads = " + std::to_string(p_in.heads) + " (supported: 1..128)");
-  if (!fp8_decode_shape_supported(p_in))
-    bad("(d_c, d_r) = (" + std::to_string(p_in.d_c) + ", " + std::to_string(p_in.d_r) + ") has no GPU kernel");
-  if (p_in.num_parts < 0 || p_in.num_parts > 65535)
-    bad("num_parts = " + std::to_string(p_in.num_parts) + " (must be in 0..65535, as the decode's)");
+  quant::validate_fp8_decode_schedule(p_in);
+  check_gpu_shape(p_in);
   quant::Fp8DecodeParams p = p_in;
   p.num_parts = parts_of(p);
-  check_workspace(p, "fp8 decode plan");
+  check_workspace(p, "fp8 decode params");
   const detail::Workspace w = detail::carve(output_shim(p, p.num_parts));
   launch_prologue(p, w, merge_counters(p, p.num_parts), true, nullptr, 0, false, stream);
 }

@@ -145,6 +145,19 @@ std::string field(const char* name, long long v) { return std::string(name) + " 
 
 }  // namespace
 
+void validate_fp8_decode_schedule(const Fp8DecodeParams& p) {
+  auto bad = [](const std::string& what) { throw InputError("fp8 decode params: " + what); };
+  if (!p.seqlens) bad("seqlens is null");
+  if (p.batch < 1) bad(field("batch", p.batch) + " (must be >= 1)");
+  if (p.s_q != 1 && p.s_q != 2) bad(field("s_q", p.s_q) + " (supported: 1, 2)");
+  if (p.heads < 1 || p.heads > 128) bad(field("heads", p.heads) + " (supported: 1..128)");
+  if (p.d_c != 32 && p.d_c != 64 && p.d_c % 128 != 0) bad(field("d_c", p.d_c) + " (supported: 32, 64 or a multiple of 128)");
+  if (p.d_c > 512) bad(field("d_c", p.d_c) + " (supported: up to 512)");
+  if (p.d_r != 16 && p.d_r != 32 && p.d_r != 64) bad(field("d_r", p.d_r) + " (supported: 16, 32, 64)");
+  // the GPU grid holds the parts in its y dimension (at most 65535)
+  if (p.num_parts < 0 || p.num_parts > 65535) bad(field("num_parts", p.num_parts) + " (must be in 0..65535)");
+}
+
 void validate_fp8_decode_params(const Fp8DecodeParams& p) {
   auto bad = [](const std::string& what) { throw InputError("fp8 decode params: " + what); };
   if (!p.q8) bad("q8 is null");
@@ -152,21 +165,13 @@ void validate_fp8_decode_params(const Fp8DecodeParams& p) {
   if (!p.q_scale) bad("q_scale is null");
   if (!p.cache) bad("cache is null");
   if (!p.page_table) bad("page_table is null");
-  if (!p.seqlens) bad("seqlens is null");
   if (!p.out) bad("out is null");
   if (!p.lse) bad("lse is null");
-  if (p.batch < 1) bad(field("batch", p.batch) + " (must be >= 1)");
-  if (p.s_q != 1 && p.s_q != 2) bad(field("s_q", p.s_q) + " (supported: 1, 2)");
-  if (p.heads < 1 || p.heads > 128) bad(field("heads", p.heads) + " (supported: 1..128)");
-  if (p.d_c != 32 && p.d_c != 64 && p.d_c % 128 != 0) bad(field("d_c", p.d_c) + " (supported: 32, 64 or a multiple of 128)");
-  if (p.d_c > 512) bad(field("d_c", p.d_c) + " (supported: up to 512)");
-  if (p.d_r != 16 && p.d_r != 32 && p.d_r != 64) bad(field("d_r", p.d_r) + " (supported: 16, 32, 64)");
+  validate_fp8_decode_schedule(p);
   if (p.page_size != 64 && p.page_size != 128) bad(field("page_size", p.page_size) + " (supported: 64, 128)");
   if (p.num_pages < 1) bad(field("num_pages", p.num_pages) + " (must be >= 1)");
   if (p.max_pages < 1) bad(field("max_pages", p.max_pages) + " (must be >= 1)");
   if (!(std::isfinite(p.scale) && p.scale > 0.f)) bad("scale = " + std::to_string(p.scale) + " (must be finite, > 0)");
-  // the GPU grid holds the parts in its y dimension (at most 65535)
-  if (p.num_parts < 0 || p.num_parts > 65535) bad(field("num_parts", p.num_parts) + " (must be in 0..65535)");
 }
 
 void fp8_decode_twin(const Fp8DecodeParams& p) {

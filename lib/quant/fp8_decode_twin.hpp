@@ -77,6 +77,9 @@ inline int fp8_decode_default_parts(int sm_count, const Fp8DecodeParams& p) {
 
 // Throws mla::InputError naming the field for an unsupported shape, null pointer or scale.
 void validate_fp8_decode_params(const Fp8DecodeParams& p);
+// The part of it that a split schedule and its workspace depend on (seqlens, batch, s_q, heads,
+// d_c, d_r, num_parts): what kernels::fp8_decode_plan checks.
+void validate_fp8_decode_schedule(const Fp8DecodeParams& p);
 
 // The CPU twin (host buffers). Throws InputError on bad params and on an out-of-range page id
 // that a request needs.
