@@ -33,6 +33,9 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_decode_capi.so")
     ap.add_argument("--suite", default="issue10", choices=["issue10", "quick", "manyhead", "dc512"], help="which shapes")
+    ap.add_argument("--l2-resident", action="store_true",
+                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
+                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
     ap.add_argument("--runs", type=int, default=30, help="timed calls per implementation and shape (median)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
@@ -93,9 +96,11 @@ class Ours:
 
 class Case:
     """A random paged decode problem: pages a random permutation of the pool (FlashMLA's tests'
-    layout), values randn / 10 clamped to [-1, 1] (their data), all requests of length L."""
+    layout), values randn / 10 clamped to [-1, 1] (their data), all requests of length L.
+    l2_resident: every request's page table is request 0's, so the pages read fit in L2 and the
+    time is the kernel's floor without HBM (the same work on the same values; not a real batch)."""
 
-    def __init__(self, batch, heads, s_q, d_c, d_r, seqlen, page, seed):
+    def __init__(self, batch, heads, s_q, d_c, d_r, seqlen, page, seed, l2_resident=False):
         self.batch, self.heads, self.s_q, self.d_c, self.d_r, self.seqlen, self.page = (
             batch, heads, s_q, d_c, d_r, seqlen, page)
         self.dim = d_c + d_r
@@ -105,6 +110,8 @@ class Case:
         self.num_pages = batch * self.max_pages
         perm = torch.randperm(self.num_pages, device="cuda", generator=g).to(torch.int32)
         self.table = perm.view(batch, self.max_pages).contiguous()
+        if l2_resident:  # every request reads request 0's pages: one request's cache, L2-resident
+            self.table = self.table[:1].expand(batch, -1).contiguous()
         self.seqlens = torch.full((batch,), seqlen, dtype=torch.int32, device="cuda")
         self.cache = (torch.randn(self.num_pages, page, 1, self.dim, device="cuda", generator=g) / 10).clamp_(-1, 1)
         self.cache = self.cache.to(torch.bfloat16)
@@ -257,7 +264,7 @@ def main():
 def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok, base=None):
     """Times one shape (ours, and FlashMLA on its peer shape); returns its figures."""
     B, H, sq, dc, L = our_shape
-    mine = Case(B, H, sq, dc, 64, L, 64, seed=1000 + idx)
+    mine = Case(B, H, sq, dc, 64, L, 64, seed=1000 + idx, l2_resident=args.l2_resident)
     run_ours, parts = ours.prepare(mine, args.variant)
     fns, peer_case, check = [run_ours], None, ""
     if peer_ok:
@@ -265,7 +272,7 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
             peer_case = mine
         else:
             pB, pH, psq, pdc, pL = peer_shape
-            peer_case = Case(pB, pH, psq, pdc, 64, pL, 64, seed=2000 + idx)
+            peer_case = Case(pB, pH, psq, pdc, 64, pL, 64, seed=2000 + idx, l2_resident=args.l2_resident)
         fns.append(flashmla_runner(peer_case))
         if peer_case is mine:  # same inputs: the two outputs must agree to bf16 rounding
             o1, l1 = run_ours()

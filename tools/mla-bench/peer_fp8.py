@@ -41,6 +41,9 @@ def parse_args():
     ap.add_argument("--lib", required=True, help="path to libmla_fp8_capi.so")
     ap.add_argument("--suite", default="issue11", choices=["issue11", "quick"])
     ap.add_argument("--only", help="comma-separated shape names (e.g. B128_H16_sq1_L8k_dc512) to run alone")
+    ap.add_argument("--l2-resident", action="store_true",
+                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
+                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--parts", type=int, default=0,
@@ -181,7 +184,7 @@ def main():
         name = f"B{B}_H{H}_sq{sq}_L{L // 1024}k_dc{dc}"
         if only is not None and name not in only:
             continue
-        c = Case(B, H, sq, dc, 64, L, 64, seed=3000 + i)
+        c = Case(B, H, sq, dc, 64, L, 64, seed=3000 + i, l2_resident=args.l2_resident)
         run_ours, parts = ours.prepare(c, args.parts)
         fns = [run_ours]
         peer = dc == 512

@@ -152,6 +152,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_kv4_capi.so")
     ap.add_argument("--suite", default="issue12", choices=["issue12", "quick", "fp4", "fp4rows"])
+    ap.add_argument("--l2-resident", action="store_true",
+                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
+                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write every figure here")
@@ -169,7 +172,7 @@ def main():
     print(f"{'shape':<34} {'ours us':>8} {'%floor':>7} {'FM bf16 us':>10} {'%floor':>7} {'FM/ours':>7}  check")
     for i, (fmt, B, H, sq, L) in enumerate(suite(args.suite)):
         name = f"{fmt}_B{B}_H{H}_sq{sq}_L{L // 1024}k_dc512"
-        c = Case(B, H, sq, 512, 64, L, 64, seed=4000 + i)
+        c = Case(B, H, sq, 512, 64, L, 64, seed=4000 + i, l2_resident=args.l2_resident)
         g = torch.Generator(device="cuda").manual_seed(5000 + i)
         pages, deq, levels = pack_pages(c, fmt, g)
         c.cache = deq  # FlashMLA decodes the dequantised values
