@@ -150,12 +150,7 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
   const detail::Workspace w = detail::carve(po);
   int32_t* cnt = merge_counters(p, parts);
   const int rows = p.batch * p.s_q * p.heads;
-#if defined(MLA_DUO)
-  const bool duo = !fp4_cache && p.s_q * p.heads <= 16;
-#else
-  const bool duo = false;
-#endif
-  const bool narrow = !duo && p.s_q * p.heads <= fp8::kNarrowRows;
+  const bool narrow = p.s_q * p.heads <= fp8::kNarrowRows;
   const bool vec = qq != nullptr && fp8enc::query_vec_ok(qq->q, qq->q8, qq->q_rope, p.d_c, p.d_r);
   const bool quantise_in_split = narrow && vec;
   const int prologue_rows = (qq != nullptr && !quantise_in_split) ? rows : 0;
@@ -167,8 +162,7 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
     fp8::launch_narrow(p, x, w, parts, stream, fp4_cache);
     return;
   }
-  if (duo) fp8::launch_duo(p, w, parts, stream);
-  else if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
+  if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
   else fp8::launch_rows64(p, w, parts, stream, fp4_cache);
   detail::launch_combine(po, w, stream);
 }

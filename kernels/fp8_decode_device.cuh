@@ -331,14 +331,7 @@ __device__ __forceinline__ void vt_fragments_ks(uint32_t st, uint32_t cofs, int 
       // Loaded unconditionally (the address is inside the stage), then selected: a load
       // under a branch ptxas cannot see is warp-uniform serialises the wgmmas (C7520).
       const bool ok = T < valid;
-      if constexpr (CPT == 16) {
-        uint4 x;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(a));
-        wv[0][v0] = ok ? x.x : 0u;
-        wv[1][v0] = ok ? x.y : 0u;
-        wv[2][v0] = ok ? x.z : 0u;
-        wv[3][v0] = ok ? x.w : 0u;
-      } else if constexpr (CPT == 8) {
+      if constexpr (CPT == 8) {
         const uint2 x = lds64(a);
         wv[0][v0] = ok ? x.x : 0u;
         wv[1][v0] = ok ? x.y : 0u;
@@ -419,10 +412,7 @@ __device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, f
 #pragma unroll
       for (int mb = 0; mb < NB; ++mb) w[mb] = detail::pack_bf16(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
       uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + r) * DC + c0;
-      if constexpr (NB == 8) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-        *reinterpret_cast<uint4*>(dst + 8) = make_uint4(w[4], w[5], w[6], w[7]);
-      } else if constexpr (NB == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+      if constexpr (NB == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
       else if constexpr (NB == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
       else *reinterpret_cast<uint32_t*>(dst) = w[0];
       if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
@@ -458,10 +448,6 @@ void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, 
 // The TPLA-slice kernel's launch (kernels/fp8_decode_pair.cu): d_c <= 256 and rows > 64
 // (quant::fp8_decode_uses_pair), 128-row blocks.
 void launch_pair(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
-
-// The two-chain kernel's launch (kernels/fp8_decode_duo.cu): rows = s_q heads <= 16, FP8 pages;
-// each CTA runs parts 2 x and 2 x + 1 (the combine merges the splits).
-void launch_duo(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
 
 // The narrow kernel's launch (kernels/fp8_decode_narrow.cu): rows = s_q heads <= kNarrowRows.
 // fp4_cache: p.cache holds FP4 pages (quant/fp4_cache_layout.hpp), converted per tile. x: the
