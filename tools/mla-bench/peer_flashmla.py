@@ -94,6 +94,14 @@ class Ours:
         return run, parts
 
 
+def l2_resident_note(enabled):
+    """The line printed (and the flag recorded) when --l2-resident is on: the floors are HBM's."""
+    if enabled:
+        print("--l2-resident: every request reads request 0's pages (the cache stays in L2); the floor "
+              "columns are HBM's, so a time near the HBM run's means the kernel's own chain bounds it", flush=True)
+    return bool(enabled)
+
+
 class Case:
     """A random paged decode problem: pages a random permutation of the pool (FlashMLA's tests'
     layout), values randn / 10 clamped to [-1, 1] (their data), all requests of length L.
@@ -239,7 +247,8 @@ def main():
     print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
           f"{ceil['copy_gbs']:.0f} GB/s (read + write, 1 GiB), bf16 GEMM 8192^3 {ceil['gemm_tflops']:.1f} TFLOP/s",
           flush=True)
-    results = {"device": props.name, "ceilings": ceil, "runs": args.runs, "variant": args.variant, "shapes": {}}
+    results = {"device": props.name, "ceilings": ceil, "runs": args.runs, "variant": args.variant,
+               "l2_resident": l2_resident_note(args.l2_resident), "shapes": {}}
     hdr = (f"{'shape':<26} {'ours us':>9} {'floor us':>9} {'ours % floor':>12} {'FlashMLA us':>11} "
            f"{'FM % floor':>10} {'FM / ours':>9}  check")
     print(hdr)

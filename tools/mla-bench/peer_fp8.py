@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, with_parts  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, with_parts, l2_resident_note  # noqa: E402
 
 V32_BYTES_PER_TOKEN = 656
 
@@ -176,7 +176,8 @@ def main():
     print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
           f"{ceil['copy_gbs']:.0f} GB/s, bf16 GEMM {ceil['gemm_tflops']:.0f} TFLOP/s, fp8 GEMM "
           f"{ceil['fp8_gemm_tflops']:.0f} TFLOP/s", flush=True)
-    res = {"device": props.name, "ceilings": ceil, "runs": args.runs, "shapes": {}}
+    res = {"device": props.name, "ceilings": ceil, "runs": args.runs,
+           "l2_resident": l2_resident_note(args.l2_resident), "shapes": {}}
     print(f"{'shape':<28} {'fp8 us':>8} {'%floor':>7} {'bf16 FM us':>10} {'%floor':>7} {'FM/ours':>7} "
           f"{'sparse us':>9} {'sp/ours':>7} {'unpl. us':>9}  check")
     only = set(args.only.split(",")) if args.only else None

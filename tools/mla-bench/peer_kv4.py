@@ -28,7 +28,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, l2_resident_note  # noqa: E402
 from peer_fp8 import fp8_gemm_tflops  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -168,7 +168,8 @@ def main():
     print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
           f"{ceil['copy_gbs']:.0f} GB/s, bf16 GEMM {ceil['gemm_tflops']:.0f} TFLOP/s, fp8 GEMM "
           f"{ceil['fp8_gemm_tflops']:.0f} TFLOP/s", flush=True)
-    res = {"device": props.name, "ceilings": ceil, "runs": args.runs, "shapes": {}}
+    res = {"device": props.name, "ceilings": ceil, "runs": args.runs,
+           "l2_resident": l2_resident_note(args.l2_resident), "shapes": {}}
     print(f"{'shape':<34} {'ours us':>8} {'%floor':>7} {'FM bf16 us':>10} {'%floor':>7} {'FM/ours':>7}  check")
     for i, (fmt, B, H, sq, L) in enumerate(suite(args.suite)):
         name = f"{fmt}_B{B}_H{H}_sq{sq}_L{L // 1024}k_dc512"
