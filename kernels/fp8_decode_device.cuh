@@ -356,6 +356,46 @@ __device__ __forceinline__ void vt_fragments_ks(uint32_t st, uint32_t cofs, int 
   }
 }
 
+// V^T A fragments through ldmatrix.trans (the 64-row and pair kernels). The stage's latent rows
+// are tokens of 128-byte swizzled blocks; read as 8x8 matrices of b16 (channel pairs), .trans
+// gives lane (g, tq) channels 2 g, 2 g + 1 of two consecutive tokens per register, and one byte
+// permute per fragment register sorts them into a channel's four tokens (no 4x4 transposes).
+// Channel groups of 16: m-block mb of warp wiw holds group G = g0 + 4 mb + wiw, accumulator row
+// (mb, 16 wiw + g + 8 h) is channel 16 G + 2 g + h (vt_ldsm_channel). The k order inside each
+// 16-token half is p8t_k's: k = 4 a + 2 m + e holds token 8 m + 2 a + e, so P^T is stored in that
+// order (store_p8t). Tokens >= valid read as 0 (their bytes may be NaN).
+__host__ __device__ constexpr int p8t_k(int tok) {
+  return (tok & ~15) | (((tok >> 1) & 3) << 2) | (((tok >> 3) & 1) << 1) | (tok & 1);
+}
+__device__ __forceinline__ int vt_ldsm_channel(int g0, int mb, int wiw, int g, int h) {
+  return 16 * (g0 + 4 * mb + wiw) + 2 * g + h;
+}
+template <int NB>
+__device__ __forceinline__ void vt_fragments_ldsm(uint32_t st, int g0, int wiw, int lane, int tq, int valid, int ks,
+                                                  uint32_t (&fr)[NB][4]) {
+  const int r = lane & 7;
+  const uint32_t row = st + static_cast<uint32_t>(32 * ks + 8 * (lane >> 3) + r) * 128;
+  const int t0 = 32 * ks + 2 * tq;  // fragment bytes: tokens t0, t0 + 1, t0 + 8, t0 + 9 (+ 16 in half 1)
+  auto mask = [&](int t) {
+    return (t < valid ? 0xFFu : 0u) | (t + 1 < valid ? 0xFF00u : 0u) | (t + 8 < valid ? 0xFF0000u : 0u) |
+           (t + 9 < valid ? 0xFF000000u : 0u);
+  };
+  const uint32_t mk0 = mask(t0), mk1 = mask(t0 + 16);
+#pragma unroll
+  for (int mb = 0; mb < NB; ++mb) {
+    const uint32_t cb = static_cast<uint32_t>(16 * (g0 + 4 * mb + wiw));
+    const uint32_t a = row + (cb >> 7) * 8192 + ((((cb & 127) >> 4) ^ r) << 4);
+    uint32_t x0, x1, x2, x3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                 : "r"(a));
+    fr[mb][0] = __byte_perm(x0, x1, 0x6420) & mk0;
+    fr[mb][1] = __byte_perm(x0, x1, 0x7531) & mk0;
+    fr[mb][2] = __byte_perm(x2, x3, 0x6420) & mk1;
+    fr[mb][3] = __byte_perm(x2, x3, 0x7531) & mk1;
+  }
+}
+
 // O^T *= gamma: gam holds the tile's N row factors (the accumulator's columns), by row, or with
 // kByThread each thread's N / 4 in a row of their own (gam[N / 4 tq + c]: vector loads).
 template <int NB, int N, bool kByThread = false>
@@ -422,6 +462,34 @@ __device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, f
       for (int mb = 0; mb < NB; ++mb)
         *reinterpret_cast<float2*>(dst + 2 * mb) = make_float2(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
       if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
+    }
+  }
+}
+
+// store_pv_rows for vt_fragments_ldsm's channels (16 G + 2 g + h, G = g0 + 4 mb + wiw): two
+// channels per m-block.
+template <int DC, int NB, int N>
+__device__ __forceinline__ void store_pv_rows_ldsm(const quant::Fp8DecodeParams& p, float* o_acc, float* lse_acc,
+                                                   int b, int split, int n_split, int rows, int row0, int g0,
+                                                   int wiw, int g, const float (&acc)[NB][N / 2], const float* fin,
+                                                   int tq, bool with_lse) {
+#pragma unroll
+  for (int c = 0; c < N / 4; ++c) {
+    const int n = acc_col(c, tq), r = row0 + n;
+    if (r >= rows) continue;
+    const float inv = fin[2 * n], lse = fin[2 * n + 1];
+#pragma unroll
+    for (int mb = 0; mb < NB; ++mb) {
+      const int ch = vt_ldsm_channel(g0, mb, wiw, g, 0);
+      const float v0 = acc[mb][acc_reg(c, 0)] * inv, v1 = acc[mb][acc_reg(c, 1)] * inv;
+      if (n_split == 1)
+        *reinterpret_cast<uint32_t*>(p.out + (static_cast<size_t>(b) * rows + r) * DC + ch) = detail::pack_bf16(v0, v1);
+      else
+        *reinterpret_cast<float2*>(o_acc + (static_cast<size_t>(split) * rows + r) * DC + ch) = make_float2(v0, v1);
+    }
+    if (with_lse) {
+      if (n_split == 1) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+      else lse_acc[static_cast<size_t>(split) * rows + r] = lse;
     }
   }
 }

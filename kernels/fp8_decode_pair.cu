@@ -8,7 +8,7 @@
 //        as the 64-row kernel's warpgroup 0), the online softmax with s_k folded into P and P
 //        re-quantised per row and tile (kernels/fp8_softmax_rows64.cuh), P8^T into its buffer;
 //   O^T [d_c x 64 rows] = O^T gamma + V8^T P8^T with V^T built in registers
-//        (kernels/fp8_decode_device.cuh: vt_fragments_ks, pv_rescale, pv_mma_ks), d_c / 64
+//        (kernels/fp8_decode_device.cuh: vt_fragments_ldsm, pv_rescale, pv_mma_ks), d_c / 64
 //        channel blocks; the tile's stage is released once its V^T fragments are in registers.
 // The two warpgroups take turns on the tensor cores (two named barriers): P.V of tile i and S
 // of tile i + 1 go out back to back behind one wait, then the softmax of tile i + 1 runs under
@@ -88,8 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* gam = reinterpret_cast<float*>(gbase + (sSmall - base) + wg * C::kSmall);  // [64], P.V order
   float* fin = gam + kRows;                                                          // [64][2]
   const int lrow[2] = {16 * wiw + g, 16 * wiw + g + 8};
-  // The thread's channels: all d_c of the warpgroup (pv_channels' first half of 2 d_c).
-  const PvChannels pc = pv_channels<2 * DC>(0, wiw, g);
+  // The thread's channels: all d_c of the warpgroup (vt_fragments_ldsm's groups from 0).
   const uint64_t dq = desc_sw(myQ8, 1024, 1), dqr = desc_sw(myQR, C::kRSbo, C::kRMode);
   const uint64_t dp = desc_sw(myP, 1024, 1);
   // Turn order: warpgroup w issues after bar.sync on kBarTurn + w, which the other arrives at
@@ -159,8 +158,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int valid = static_cast<int>(lds32(sValid + 4 * stage));
       // V^T of both 32-token k-steps into registers; then the stage is free.
       uint32_t fr0[NB][4], fr1[NB][4];
-      vt_fragments_ks<NB>(st, pc.cofs, pc.chunk, tq, valid, 0, fr0);
-      vt_fragments_ks<NB>(st, pc.cofs, pc.chunk, tq, valid, 1, fr1);
+      vt_fragments_ldsm<NB>(st, 0, wiw, lane, tq, valid, 0, fr0);
+      vt_fragments_ldsm<NB>(st, 0, wiw, lane, tq, valid, 1, fr1);
       __syncwarp();
       if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
       pv_rescale<NB, kRows, true>(acc, gam, tq);
@@ -187,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- epilogue: 1/l and LSE of the warpgroup's rows, then its d_c columns ----
     write_fin(fin, lrow, m_run, l_run, sig, tq);
     detail::named_bar_sync(kBarP + wg, 128);
-    store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, pc.c0, acc, fin, tq,
+    store_pv_rows_ldsm<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, 0, wiw, g, acc, fin, tq,
                                  wiw == 0 && g == 0);
   }
   if (wg == 0) detail::named_bar_sync(kBarTurn, kConsumers);

@@ -9,9 +9,9 @@
 //        softmax with s_k folded into P and P re-quantised per row and tile, P8^T and the rows'
 //        rescale factors into one of two buffers;
 //   warpgroups 1 and 2: O^T [d_c / 2 channels x 64 rows] = O^T gamma + V8^T P8^T (wgmma
-//        m64n64k32 e4m3, A = V^T built in registers from the tile, B = P^T), each owning d_c / 2
-//        channels (fp8_decode_device.cuh: vt_fragments_ks, pv_rescale, pv_mma_ks), one 32-token
-//        k-step's fragments at a time;
+//        m64n64k32 e4m3, A = V^T built in registers from the tile by ldmatrix.trans and byte
+//        permutes, B = P^T), each owning d_c / 2 channels (fp8_decode_device.cuh:
+//        vt_fragments_ldsm, pv_rescale, pv_mma_ks), one 32-token k-step's fragments at a time;
 //   warpgroup 3: one thread issues the bulk copies into the stage ring (4 stages at d_c = 512).
 // With an FP4 cache (the FP8-tensor-core route of the 4-bit decode, kernels/fp4_to_fp8.cuh) that
 // thread copies FP4 tiles into a raw ring and warpgroups 1-2 rewrite each as the FP8 stage: after
@@ -207,10 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_segment_query(b);
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
       constexpr int NB = C::kNB;
-      const PvChannels pc = pv_channels<DC>(wg - 1, wiw, g);
-      const int c0 = pc.c0;
-      const uint32_t cofs = pc.cofs;
-      const int chunk = pc.chunk;
+      const int g0 = (wg - 1) * (DC / 32);  // the warpgroup's first 16-channel group (vt_fragments_ldsm)
       float acc[NB][kRows / 2];
 #pragma unroll
       for (int mb = 0; mb < NB; ++mb)
@@ -224,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // One k-step's fragments at a time (16 registers: the accumulators take 128): the
         // second k-step's are built once the first's wgmmas are done, then the stage is free.
         uint32_t fr[NB][4];
-        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 0, fr);
+        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr);
         const int pb = it & 1;
         const uint64_t dp = desc_sw(sP + pb * C::kP, 1024, 1);
         detail::named_bar_sync(kBarFull + pb, kConsumers);
@@ -234,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         gmma::commit();
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
-        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 1, fr);
+        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         gmma::fence();
@@ -248,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
-      store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, c0, acc, fin, tq,
+      store_pv_rows_ldsm<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, g0, wiw, g, acc, fin, tq,
                                    wg == 1 && wiw == 0 && g == 0);
     }
   }

@@ -120,15 +120,16 @@ __device__ __forceinline__ void softmax_inputs(uint32_t st, uint32_t valid_addr,
   lim[1] = min(L - lim_off[1], j0 + valid);
 }
 
-// P8^T [row][token] (128-byte rows and swizzle, 64 token bytes used) of the thread's two rows
-// at buffer pbuf: P / sigma rounded to E4M3 (saturating), two tokens per store.
+// P8^T [row][k] (128-byte rows and swizzle, 64 bytes used) of the thread's two rows at buffer
+// pbuf, tokens in p8t_k's order (the V^T fragments' k order): P / sigma rounded to E4M3
+// (saturating), two tokens per store.
 __device__ __forceinline__ void store_p8t(const float (&sv)[32], const float (&inv)[2], uint32_t pbuf,
                                           const int (&lrow)[2], int tq) {
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = lrow[h], tok = 8 * n + 2 * tq;
+      const int r = lrow[h], tok = p8t_k(8 * n + 2 * tq);  // the k order of vt_fragments_ldsm
       const uint16_t v = __nv_cvt_float2_to_fp8x2(make_float2(sv[4 * n + 2 * h] * inv[h], sv[4 * n + 2 * h + 1] * inv[h]),
                                                   __NV_SATFINITE, __NV_E4M3);
       sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
