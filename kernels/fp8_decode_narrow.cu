@@ -266,6 +266,22 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
         for (int i = 0; i < TPT / 4; ++i)
           pw[i] = pack_e4m3(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
+        // Into vt_fragments_ldsm's k order (p8t_k: k = 4 a + 2 m + e holds token 8 m + 2 a + e of
+        // each 16-token half). 16 tokens a thread: four byte permutes. 8: the thread of the half's
+        // other 8 tokens is lane ^ 1; each stores half of the half's 16 k bytes at its own offset.
+        if constexpr (TPT == 16) {
+          const uint32_t w0 = pw[0], w1 = pw[1], w2 = pw[2], w3 = pw[3];
+          pw[0] = __byte_perm(w0, w2, 0x5410);
+          pw[1] = __byte_perm(w0, w2, 0x7632);
+          pw[2] = __byte_perm(w1, w3, 0x5410);
+          pw[3] = __byte_perm(w1, w3, 0x7632);
+        } else {
+          const bool hi = q & 1;  // tokens 8 .. 15 of the half
+          const uint32_t x2 = __shfl_xor_sync(0xffffffffu, hi ? pw[0] : pw[1], 1);
+          const uint32_t lo = hi ? x2 : pw[0], up = hi ? pw[1] : x2;  // tokens (0-3, 8-11) or (4-7, 12-15)
+          pw[0] = __byte_perm(lo, up, 0x5410);
+          pw[1] = __byte_perm(lo, up, 0x7632);
+        }
         const int pb = it & 1;
         const uint32_t pa = sP + pb * C::kP + n * 128 + (((tok0 >> 4) ^ (n & 7)) << 4) + (tok0 & 15);
         detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
@@ -338,10 +354,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
     } else {
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
       constexpr int NB = C::kNB;
-      const PvChannels pc = pv_channels<DC>(wg - 1, wiw, g);
-      const int c0 = pc.c0;
-      const uint32_t cofs = pc.cofs;
-      const int chunk = pc.chunk;
+      const int g0 = (wg - 1) * (DC / 32);  // the warpgroup's first 16-channel group (vt_fragments_ldsm)
       float acc[NB][N / 2];
 #pragma unroll
       for (int mb = 0; mb < NB; ++mb)
@@ -355,8 +368,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         uint32_t fr[2][NB][4];
-        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 0, fr[0]);
-        vt_fragments_ks<NB>(st, cofs, chunk, tq, valid, 1, fr[1]);
+        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr[0]);
+        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr[1]);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         const int pb = it & 1;
@@ -372,7 +385,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
-      store_pv_rows<DC, NB, N>(p, o_acc, lse_acc, b, split, n_split, rows, 0, c0, acc, fin, tq,
+      store_pv_rows_ldsm<DC, NB, N>(p, o_acc, lse_acc, b, split, n_split, rows, 0, g0, wiw, g, acc, fin, tq,
                                wg == 1 && wiw == 0 && g == 0);
       // A part holds at most two requests of several splits (its first and its last): their
       // merges wait for the end of the tile loop.

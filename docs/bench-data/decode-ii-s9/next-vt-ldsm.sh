@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # For the next session (branch wip/vt-ldmatrix, not yet run on a GPU): the FP8 / 4-bit GPU tests of
-# the branch, then A/B against main (git worktree) on the 64-row and pair kernels' shapes.
+# the branch, then A/B against main (git archive) on the narrow, 64-row and pair kernels' shapes.
 set -uo pipefail
 T0=$(date +%s)
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -16,11 +16,12 @@ for t in test_kernels_fp8_gpu test_kernels_kv4_gpu; do
   timeout 150 /tmp/b/tests/kernels/$t > $OUT/$t.log 2>&1; echo "$t rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]" $OUT/$t.log | head -6
 done
 export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests PYTHONUNBUFFERED=1
-S=B128_H64_sq1_L8k_dc512,B128_H128_sq1_L8k_dc512,B128_H128_sq2_L8k_dc512,B128_H128_sq1_L8k_dc256,B128_H128_sq1_L32k_dc256
+S=B128_H16_sq1_L8k_dc512,B128_H16_sq2_L8k_dc512,B128_H64_sq1_L8k_dc512,B128_H128_sq1_L8k_dc512,B128_H128_sq2_L8k_dc512,B128_H128_sq1_L8k_dc256,B128_H128_sq1_L32k_dc256
 for rep in 1 2; do for v in b ""; do
   src=$PWD; [ "$v" = b ] && src=/tmp/base-src
   echo "=== ${v:-branch} rep $rep"
   (cd $src && timeout 90 python3 tools/mla-bench/peer_fp8.py --lib /tmp/b$v/tools/mla-bench/libmla_fp8_capi.so --only $S --runs 10 2>&1 | grep "^B128" | cut -c1-120)
+  (cd $src && timeout 90 python3 tools/mla-bench/peer_kv4.py --lib /tmp/b$v/tools/mla-bench/libmla_kv4_capi.so --suite fp4 --runs 10 2>&1 | grep "fp8 route" | cut -c1-100)
   (cd $src && timeout 90 python3 tools/mla-bench/peer_kv4.py --lib /tmp/b$v/tools/mla-bench/libmla_kv4_capi.so --suite fp4rows --runs 10 2>&1 | grep "fp8 route" | cut -c1-100)
 done; done 2>&1 | tee $OUT/ab.txt
 echo "total $(( $(date +%s) - T0 )) s"
