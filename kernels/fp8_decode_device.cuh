@@ -381,10 +381,15 @@ __device__ __forceinline__ void vt_fragments_ldsm(uint32_t st, int g0, int wiw, 
            (t + 9 < valid ? 0xFF000000u : 0u);
   };
   const uint32_t mk0 = mask(t0), mk1 = mask(t0 + 16);
+  // Group G = x + 4 mb (x = g0 + wiw) sits in 128-channel block G >> 3 at swizzled chunk
+  // (G & 7) ^ r, and (x + 4 mb) & 7 = (x & 7) ^ 4 (mb & 1): two base addresses (even and odd mb)
+  // and constant block offsets, so no per-block address stays live across the tile loop.
+  const int x = g0 + wiw, hx = (x >> 2) & 1;
+  const uint32_t base_e = row + static_cast<uint32_t>(x >> 3) * 8192 + ((static_cast<uint32_t>(x & 7) ^ r) << 4);
+  const uint32_t base_o = (base_e ^ 64u) + static_cast<uint32_t>(hx) * 8192;
 #pragma unroll
   for (int mb = 0; mb < NB; ++mb) {
-    const uint32_t cb = static_cast<uint32_t>(16 * (g0 + 4 * mb + wiw));
-    const uint32_t a = row + (cb >> 7) * 8192 + ((((cb & 127) >> 4) ^ r) << 4);
+    const uint32_t a = ((mb & 1) ? base_o : base_e) + static_cast<uint32_t>(mb >> 1) * 8192;
     uint32_t x0, x1, x2, x3;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)

@@ -44,3 +44,12 @@ for ks, tq, v2, j in itertools.product(range(2), range(4), range(2), range(4)):
 for n, tq, e in itertools.product(range(8), range(4), range(2)):
     assert p8t_k(8 * n + 2 * tq) + e == p8t_k(8 * n + 2 * tq + e)
 print("masks and P^T order ok")
+# vt_fragments_ldsm's two-base addressing equals the direct formula above
+for g0, wiw, mb, r in itertools.product((0, 4, 8, 16), range(4), range(8), range(8)):
+    cb = 16 * (g0 + 4 * mb + wiw)
+    direct = (cb >> 7) * 8192 + ((((cb & 127) >> 4) ^ r) << 4)
+    x = g0 + wiw
+    base_e = (x >> 3) * 8192 + (((x & 7) ^ r) << 4)
+    base_o = (base_e ^ 64) + ((x >> 2) & 1) * 8192
+    assert ((base_o if mb & 1 else base_e) + (mb >> 1) * 8192) == direct
+print("two-base addresses ok")
