@@ -18,6 +18,7 @@ its bin/cuobjdump with --cuobjdump.
 """
 import argparse
 import collections
+import os
 import re
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ import sys
 
 
 def sass_of(obj, function, cuobjdump):
+    if not os.path.isfile(cuobjdump):
+        sys.exit(f"sass_loops: no cuobjdump at {cuobjdump} (pass --cuobjdump; see --help for the PyPI wheel)")
     names = subprocess.run([cuobjdump, "-sass", obj], check=True, capture_output=True, text=True).stdout
     found = sorted({m for m in re.findall(r"Function : (\S+)", names) if function in m})
     if not found:
