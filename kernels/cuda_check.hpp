@@ -2,10 +2,12 @@
 // Host-side CUDA helpers for everything that calls the runtime (the kernels' launchers, the CUDA
 // backends of lib/verify, the NCCL communicator, mla-bench, the GPU tests): one error check (what
 // failed and cudaGetErrorString), one device-buffer RAII type, the device's multiprocessor count
-// and the once-per-kernel shared-memory limit. Header-only, plain C++ (no device code).
+// and the once-per-kernel-and-device shared-memory limit. Header-only, plain C++ (no device code).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -30,13 +32,25 @@ inline int sm_count() {
   return sms;
 }
 
-// Raises a kernel's dynamic shared-memory limit to `bytes` on its first launch; `done` is a static
-// flag at the call site, one per kernel instantiation. `what` names the kernel in the error.
+// Devices on which a kernel's shared-memory limit has been raised: one per kernel instantiation, a
+// static at the call site. The attribute belongs to a device's context, so a process whose threads
+// drive several GPUs (the multi-GPU runner, mla-bench --tp) must raise it on each of them; a single
+// process-wide flag let rank 2's first launch on GPU 2 fail with "invalid argument" (mla-bench --tp 4).
+struct SmemLimitSet {
+  std::atomic<uint64_t> devices{0};  // bit d: raised on device d (devices >= 64 raise it every launch)
+};
+
+// Raises a kernel's dynamic shared-memory limit to `bytes` on the current device, once per device.
+// Two threads racing on one device both set the same value, which is harmless. `what` names the
+// kernel in the error.
 template <class Kernel>
-void set_smem_limit_once(Kernel kernel, size_t bytes, bool& done, std::string_view what) {
-  if (done) return;
+void set_smem_limit_once(Kernel kernel, size_t bytes, SmemLimitSet& done, std::string_view what) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice", what);
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (bit && (done.devices.load(std::memory_order_acquire) & bit)) return;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
-  done = true;
+  done.devices.fetch_or(bit, std::memory_order_release);
 }
 
 // `count` elements of T on the current device (at least one element is allocated, so ptr is never

@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
 template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  static bool attr_set = false;
+  static cuda::SmemLimitSet attr_set;
   auto kernel = decode_split_v6_kernel<DC>;
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v6) smem limit");

@@ -96,7 +96,7 @@ template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   using C = V3Cfg<DC>;
   auto kernel = decode_split_v3_kernel<DC>;
-  static bool attr_set = false;  // the largest supported d_r (128) sets the ceiling once
+  static cuda::SmemLimitSet attr_set;  // the largest supported d_r (128) sets the ceiling once
   cuda::set_smem_limit_once(kernel, C::smem_bytes(DC + 128), attr_set,
                             "mla decode split kernel (memory-bound path) smem limit");
   launch(kernel, dim3(p.num_parts), dim3(kV3Threads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),

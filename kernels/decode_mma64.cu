@@ -292,7 +292,7 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
   constexpr int RG = 4, NWC = 2, BN = 32, STAGES = 3, MIN_CTAS = 1;
   using C = SplitCfg<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
   auto kernel = decode_split_kernel<DC, RG, NWC, BN, STAGES, MIN_CTAS>;
-  static bool attr_set = false;  // the largest supported d_r (128) sets the ceiling once
+  static cuda::SmemLimitSet attr_set;  // the largest supported d_r (128) sets the ceiling once
   cuda::set_smem_limit_once(kernel, C::smem_bytes(DC + 128), attr_set,
                             "mla decode split kernel (mma.sync 64-row path) smem limit");
   launch(kernel, split_grid(p.num_parts, row_blocks), dim3(C::kThreads), C::smem_bytes(DC + p.d_r), stream, use_pdl(p),

@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
 template <int DC, int DR, int N, bool FP4>
 void launch_cfg(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
                 cudaStream_t stream) {
-  static bool smem_set = false;
+  static cuda::SmemLimitSet smem_set;
   const size_t smem = NCfg<DC, DR, N, FP4>::smem();
   cuda::set_smem_limit_once(narrow_split_kernel<DC, DR, N, FP4>, smem, smem_set,
                             "fp8 narrow decode split kernel smem limit");

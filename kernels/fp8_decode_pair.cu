@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int DC, int DR>
 void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  static bool smem_set = false;
+  static cuda::SmemLimitSet smem_set;
   const size_t smem = PCfg<DC, DR>::smem();
   cuda::set_smem_limit_once(pair_split_kernel<DC, DR>, smem, smem_set, "fp8 pair decode split kernel smem limit");
   const dim3 grid = detail::split_grid(parts, quant::fp8_decode_row_blocks(p));

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int DC, int DR, bool FP4>
 void launch_cfg(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream) {
-  static bool smem_set = false;
+  static cuda::SmemLimitSet smem_set;
   const size_t smem = RCfg<DC, DR, FP4>::smem();
   cuda::set_smem_limit_once(rows64_split_kernel<DC, DR, FP4>, smem, smem_set,
                             "fp8 64-row decode split kernel smem limit");

@@ -269,7 +269,7 @@ template <int DC, bool CODEBOOK>
 void launch_kv4(const Kv4DecodeParams& kp, const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
   using C = Kv4Cfg<DC, CODEBOOK>;
   auto kernel = kv4_split_kernel<DC, CODEBOOK>;
-  static bool attr_set = false;  // validate_kv4 refused shapes needing more
+  static cuda::SmemLimitSet attr_set;  // validate_kv4 refused shapes needing more
   cuda::set_smem_limit_once(kernel, kKv4MaxSmem, attr_set, "4-bit decode split kernel smem limit");
   launch(kernel, split_grid(p.num_parts, kv4_row_blocks(p)), dim3(kKv4Threads), C::smem_bytes(p.d_r), stream, false,
          "split kernel (4-bit cache) launch", p, kp, static_cast<const int32_t*>(w.info),

@@ -217,7 +217,7 @@ int split_tokens(const PrefixAttnParams& p) {
 
 template <int DQK, int DV>
 void launch_attn(const PrefixAttnParams& p, cudaStream_t stream) {
-  static bool smem_set = false;
+  static cuda::SmemLimitSet smem_set;
   constexpr size_t smem = attn_smem_bytes<DQK, DV>();
   cuda::set_smem_limit_once(prefix_attn_kernel<DQK, DV>, smem, smem_set, "prefix attention: smem limit");
   const int per_split = split_tokens(p);

@@ -333,7 +333,7 @@ void launch_prefix_attn_wgmma(const PrefixAttnParams& p, int per_split, cudaStre
   if (p.d_n + p.d_r != kDqk || p.d_v != kDv)
     throw InputError("prefix attention (wgmma): (d_n + d_r, d_v) = (" + std::to_string(p.d_n + p.d_r) + ", " +
                      std::to_string(p.d_v) + ") (supported: (192, 128))");
-  static bool smem_set = false;
+  static cuda::SmemLimitSet smem_set;
   cuda::set_smem_limit_once(prefix_attn_wgmma_kernel, kSmemBytes, smem_set, "prefix attention (wgmma): smem limit");
   const CUtensorMap km = make_map(p.k, kDqk, p.heads, p.prefix_len, "K");
   const CUtensorMap vm = make_map(p.v, kDv, p.heads, p.prefix_len, "V");

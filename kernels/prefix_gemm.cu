@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) prefix_merge_kernel(PrefixMergeParam
 
 template <int DN, int DV, int DR>
 void launch_decompress(const PrefixDecompressParams& p, cudaStream_t stream) {
-  static bool done = false;
+  static cuda::SmemLimitSet done;
   constexpr size_t smem = gemm_smem_bytes<DN + DV>();
   cuda::set_smem_limit_once(prefix_decompress_kernel<DN, DV, DR>, smem, done, "prefix decompress: smem limit");
   const dim3 grid((p.prefix_len + 63) / 64, p.heads);
@@ -141,7 +141,7 @@ void launch_decompress(const PrefixDecompressParams& p, cudaStream_t stream) {
 
 template <int DN, int DV>
 void launch_merge(const PrefixMergeParams& p, cudaStream_t stream) {
-  static bool done = false;
+  static cuda::SmemLimitSet done;
   constexpr size_t smem = gemm_smem_bytes<DV>();
   cuda::set_smem_limit_once(prefix_merge_kernel<DN, DV>, smem, done, "prefix merge: smem limit");
   const dim3 grid((p.rows + 63) / 64, p.heads);

@@ -166,6 +166,25 @@ TEST(DecodeGpu, WgmmaManyHeadPathDefaultV6) {
   REQUIRE_GPU();
   wgmma_cases(0);
 }
+// Every visible GPU, one after another in one process (the multi-GPU runner's ranks do this from
+// their threads): each kernel's shared-memory limit belongs to a device, and a once-per-process flag
+// let the second device's first launch of a > 48 KB kernel fail ("invalid argument", mla-bench --tp 4
+// on GPU 2). One case per path with a large ring: v6 (H = 128 d_c = 512), v7 (d_c = 256, > 64 rows),
+// the memory-bound path (16 rows, d_r = 128).
+TEST(DecodeGpu, EveryDeviceRunsTheLargeSharedMemoryPaths) {
+  REQUIRE_GPU();
+  int n = 0;
+  cuda::check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  if (n < 2) GTEST_SKIP() << "one GPU: the per-device limit needs two";
+  for (int dev = 0; dev < n; ++dev) {
+    cuda::check(cudaSetDevice(dev), "cudaSetDevice");
+    SCOPED_TRACE("device " + std::to_string(dev));
+    run_gpu_case({"v6 H128 dc512", {1000, 65}, 1, 128, 512, 64, 64}, 150);
+    run_gpu_case({"v7 H80 dc256", {300, 64}, 1, 80, 256, 64, 64}, 151);
+    run_gpu_case({"membound H16 dc512 dr128", {300, 1000}, 1, 16, 512, 128, 64}, 152);
+  }
+  cuda::check(cudaSetDevice(0), "cudaSetDevice");
+}
 TEST(DecodeGpu, ManyHeadCasesOnTheMmaSyncPathVariant7) {
   REQUIRE_GPU();
   wgmma_cases(7);

@@ -33,9 +33,7 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_decode_capi.so")
     ap.add_argument("--suite", default="issue10", choices=["issue10", "quick", "manyhead", "dc512"], help="which shapes")
-    ap.add_argument("--l2-resident", action="store_true",
-                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
-                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
+    add_l2_resident_arg(ap)
     ap.add_argument("--runs", type=int, default=30, help="timed calls per implementation and shape (median)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
@@ -92,6 +90,13 @@ class Ours:
 
         run.keep = (ws, out, lse)
         return run, parts
+
+
+def add_l2_resident_arg(ap):
+    """--l2-resident, shared by the peer scripts (Case's l2_resident)."""
+    ap.add_argument("--l2-resident", action="store_true",
+                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
+                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
 
 
 def l2_resident_note(enabled):

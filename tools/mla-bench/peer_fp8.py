@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, with_parts, l2_resident_note  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, with_parts, add_l2_resident_arg, l2_resident_note  # noqa: E402
 
 V32_BYTES_PER_TOKEN = 656
 
@@ -41,9 +41,7 @@ def parse_args():
     ap.add_argument("--lib", required=True, help="path to libmla_fp8_capi.so")
     ap.add_argument("--suite", default="issue11", choices=["issue11", "quick"])
     ap.add_argument("--only", help="comma-separated shape names (e.g. B128_H16_sq1_L8k_dc512) to run alone")
-    ap.add_argument("--l2-resident", action="store_true",
-                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
-                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
+    add_l2_resident_arg(ap)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--parts", type=int, default=0,

@@ -28,7 +28,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, l2_resident_note  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, add_l2_resident_arg, l2_resident_note  # noqa: E402
 from peer_fp8 import fp8_gemm_tflops  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -152,9 +152,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", required=True, help="path to libmla_kv4_capi.so")
     ap.add_argument("--suite", default="issue12", choices=["issue12", "quick", "fp4", "fp4rows"])
-    ap.add_argument("--l2-resident", action="store_true",
-                    help="every request reads request 0's pages (L2-resident): the kernels' floor without HBM "
-                         "traffic, beside FlashMLA on the same table; the %%floor columns then do not apply")
+    add_l2_resident_arg(ap)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write every figure here")
