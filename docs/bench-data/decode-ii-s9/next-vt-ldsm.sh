@@ -20,8 +20,8 @@ S=B128_H16_sq1_L8k_dc512,B128_H16_sq2_L8k_dc512,B128_H64_sq1_L8k_dc512,B128_H128
 for rep in 1 2; do for v in b ""; do
   src=$PWD; [ "$v" = b ] && src=/tmp/base-src
   echo "=== ${v:-branch} rep $rep"
-  (cd $src && timeout 90 python3 tools/mla-bench/peer_fp8.py --lib /tmp/b$v/tools/mla-bench/libmla_fp8_capi.so --only $S --runs 10 2>&1 | grep "^B128" | cut -c1-120)
-  (cd $src && timeout 90 python3 tools/mla-bench/peer_kv4.py --lib /tmp/b$v/tools/mla-bench/libmla_kv4_capi.so --suite fp4 --runs 10 2>&1 | grep "fp8 route" | cut -c1-100)
-  (cd $src && timeout 90 python3 tools/mla-bench/peer_kv4.py --lib /tmp/b$v/tools/mla-bench/libmla_kv4_capi.so --suite fp4rows --runs 10 2>&1 | grep "fp8 route" | cut -c1-100)
+  (cd $src && timeout 90 python3 tools/mla-bench/peer_fp8.py --lib /tmp/b$v/tools/mla-bench/libmla_fp8_capi.so --only $S --runs 10 2>&1 | grep -E "^B128|^device" | cut -c1-160)
+  (cd $src && timeout 90 python3 tools/mla-bench/peer_kv4.py --lib /tmp/b$v/tools/mla-bench/libmla_kv4_capi.so --suite fp4 --runs 10 2>&1 | grep -E "fp8 route|^device" | cut -c1-140)
+  (cd $src && timeout 90 python3 tools/mla-bench/peer_kv4.py --lib /tmp/b$v/tools/mla-bench/libmla_kv4_capi.so --suite fp4rows --runs 10 2>&1 | grep -E "fp8 route|^device" | cut -c1-140)
 done; done 2>&1 | tee $OUT/ab.txt
 echo "total $(( $(date +%s) - T0 )) s"
