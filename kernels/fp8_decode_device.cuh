@@ -38,11 +38,6 @@ __device__ __forceinline__ uint2 lds64(uint32_t addr) {
   asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
   return v;
 }
-__device__ __forceinline__ uint32_t lds16(uint32_t addr) {
-  uint16_t v;
-  asm volatile("ld.shared.b16 %0, [%1];\n" : "=h"(v) : "r"(addr));
-  return v;
-}
 __device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
@@ -55,16 +50,6 @@ __device__ __forceinline__ uint32_t pack_e4m3(float a, float b, float c, float d
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
 }
-// 4x4 byte transpose: in[e] holds bytes (e, 0..3) of a 4x4 block, out[q] bytes (0..3, q).
-__device__ __forceinline__ void transpose4x4(const uint32_t (&v)[4], uint32_t (&o)[4]) {
-  const uint32_t lo01 = __byte_perm(v[0], v[1], 0x5140), hi01 = __byte_perm(v[0], v[1], 0x7362);
-  const uint32_t lo23 = __byte_perm(v[2], v[3], 0x5140), hi23 = __byte_perm(v[2], v[3], 0x7362);
-  o[0] = __byte_perm(lo01, lo23, 0x5410);
-  o[1] = __byte_perm(lo01, lo23, 0x7632);
-  o[2] = __byte_perm(hi01, hi23, 0x5410);
-  o[3] = __byte_perm(hi01, hi23, 0x7632);
-}
-
 // Bytes of one stage: the tile's latent column blocks (64 x 128 B each), its RoPE rows and its
 // 64 scales, as they land from the page (pre-swizzled).
 template <int DC, int DR>
@@ -284,77 +269,14 @@ __device__ __forceinline__ void merge_request(const quant::Fp8DecodeParams& p, c
 
 // ---- The P.V warpgroups of the transposed product O^T [d_c x N] += V8^T P8^T (the narrow
 // kernel, kernels/fp8_decode_narrow.cu, N = 16/32, and the 64-row kernel,
-// kernels/fp8_decode_rows64.cu, N = 64): A = V^T built in registers from the tile (each thread
-// owns CPT = 2 NB contiguous channels, so its loads are CPT-byte rows of the tile), B = P^T
-// (N rows of 64 token bytes, 128-byte rows and swizzle). ----
+// kernels/fp8_decode_rows64.cu, N = 64, and the pair kernel): A = V^T built in registers from the
+// tile with ldmatrix.trans (NB m-blocks of 16-channel groups a thread), B = P^T (N rows of 64
+// token bytes in p8t_k order, 128-byte rows and swizzle). ----
 
 // Accumulator element (row m, column n) of an m64nN wgmma: thread (warp w, g, tq) holds
 // m = 16 w + g + 8 h, n = 8 j + 2 tq + e in register 4 j + 2 h + e. Its N / 4 columns c:
 __device__ __forceinline__ int acc_col(int c, int tq) { return 8 * (c >> 1) + 2 * tq + (c & 1); }
 __host__ __device__ constexpr int acc_reg(int c, int h) { return 4 * (c >> 1) + 2 * h + (c & 1); }
-
-// A P.V thread's channels: the P.V warpgroup pv (0 or 1) owns channels pv d_c / 2 ..; thread
-// (warp wiw, g) of it holds CPT = 2 NB contiguous ones from c0: accumulator row (block mb,
-// 16 wiw + g + 8 h) is channel c0 + 2 mb + h. cofs and chunk locate them in a tile's rows.
-struct PvChannels {
-  int c0;
-  uint32_t cofs;  // column block and byte within the 128-byte row
-  int chunk;      // 16-byte chunk before the swizzle
-};
-template <int DC>
-__device__ __forceinline__ PvChannels pv_channels(int pv, int wiw, int g) {
-  constexpr int kCPT = 2 * (DC / 128);
-  PvChannels c;
-  c.c0 = pv * (DC / 2) + (8 * wiw + g) * kCPT;
-  c.cofs = (c.c0 >> 7) * 8192 + (c.c0 & 15);
-  c.chunk = (c.c0 & 127) >> 4;
-  return c;
-}
-
-// V^T A fragments of k-step ks (tokens 32 ks .. 32 ks + 31) of the tile in stage `st` for the
-// channels at the thread's column offset `cofs` (block and byte within the 128-byte row) and
-// swizzle chunk `chunk`. The 8-bit m64k32 A fragment: register v1 + 2 v2 holds row
-// 16 wiw + g + 8 v1 at k = 16 v2 + 4 tq + 0..3; k is the token (natural order, as P^T's rows are
-// written); accumulator row (block mb, 16 wiw + g + 8 h) is channel c0 + 2 mb + h. Tokens >=
-// valid read as 0: their bytes may be NaN.
-template <int NB>
-__device__ __forceinline__ void vt_fragments_ks(uint32_t st, uint32_t cofs, int chunk, int tq, int valid, int ks,
-                                                uint32_t (&fr)[NB][4]) {
-  constexpr int CPT = 2 * NB;
-#pragma unroll
-  for (int v2 = 0; v2 < 2; ++v2) {
-    uint32_t wv[(CPT + 3) / 4][4];
-#pragma unroll
-    for (int v0 = 0; v0 < 4; ++v0) {
-      const int T = 32 * ks + 16 * v2 + 4 * tq + v0;
-      const uint32_t a = st + cofs + T * 128 + ((chunk ^ (T & 7)) << 4);
-      // Loaded unconditionally (the address is inside the stage), then selected: a load
-      // under a branch ptxas cannot see is warp-uniform serialises the wgmmas (C7520).
-      const bool ok = T < valid;
-      if constexpr (CPT == 8) {
-        const uint2 x = lds64(a);
-        wv[0][v0] = ok ? x.x : 0u;
-        wv[1][v0] = ok ? x.y : 0u;
-      } else if constexpr (CPT == 4) {
-        const uint32_t x = lds32(a);
-        wv[0][v0] = ok ? x : 0u;
-      } else {
-        const uint32_t x = lds16(a);
-        wv[0][v0] = ok ? x : 0u;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < (CPT + 3) / 4; ++u) {
-      uint32_t o[4];
-      transpose4x4(wv[u], o);
-#pragma unroll
-      for (int q = 0; q < (CPT < 4 ? CPT : 4); ++q) {
-        const int ch = 4 * u + q;
-        fr[ch >> 1][(ch & 1) + 2 * v2] = o[q];
-      }
-    }
-  }
-}
 
 // V^T A fragments through ldmatrix.trans (the 64-row and pair kernels). The stage's latent rows
 // are tokens of 128-byte swizzled blocks; read as 8x8 matrices of b16 (channel pairs), .trans
@@ -419,7 +341,7 @@ __device__ __forceinline__ void pv_rescale(float (&acc)[NB][N / 2], const float*
   }
 }
 
-// Issues O^T += V8^T P8^T for one k-step (32 tokens): fr from vt_fragments_ks, desc_p the P^T
+// Issues O^T += V8^T P8^T for one k-step (32 tokens): fr from vt_fragments_ldsm, desc_p the P^T
 // buffer's descriptor at that k-step. The caller fences, commits and waits.
 template <int NB, int N>
 __device__ __forceinline__ void pv_mma_ks(float (&acc)[NB][N / 2], const uint32_t (&fr)[NB][4], uint64_t desc_p) {
@@ -439,40 +361,9 @@ __device__ __forceinline__ void pv_fence_acc(float (&acc)[NB][N / 2]) {
 }
 
 // The end of a split for a P.V thread: rows row0 + n of its N / 4 accumulator columns n (below
-// `rows`), channels c0 .. c0 + CPT - 1, scaled by fin[2 n] = 1 / l; bf16 into out when the
-// request has one split, else fp32 into its split's partial; with_lse threads also write the
-// rows' LSE (fin[2 n + 1]).
-template <int DC, int NB, int N>
-__device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, float* o_acc, float* lse_acc, int b,
-                                              int split, int n_split, int rows, int row0, int c0,
-                                              const float (&acc)[NB][N / 2], const float* fin, int tq,
-                                              bool with_lse) {
-#pragma unroll
-  for (int c = 0; c < N / 4; ++c) {
-    const int n = acc_col(c, tq), r = row0 + n;
-    if (r >= rows) continue;
-    const float inv = fin[2 * n], lse = fin[2 * n + 1];
-    if (n_split == 1) {
-      uint32_t w[NB];
-#pragma unroll
-      for (int mb = 0; mb < NB; ++mb) w[mb] = detail::pack_bf16(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
-      uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + r) * DC + c0;
-      if constexpr (NB == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-      else if constexpr (NB == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-      else *reinterpret_cast<uint32_t*>(dst) = w[0];
-      if (with_lse) p.lse[static_cast<size_t>(b) * rows + r] = lse;
-    } else {
-      float* dst = o_acc + (static_cast<size_t>(split) * rows + r) * DC + c0;
-#pragma unroll
-      for (int mb = 0; mb < NB; ++mb)
-        *reinterpret_cast<float2*>(dst + 2 * mb) = make_float2(acc[mb][acc_reg(c, 0)] * inv, acc[mb][acc_reg(c, 1)] * inv);
-      if (with_lse) lse_acc[static_cast<size_t>(split) * rows + r] = lse;
-    }
-  }
-}
-
-// store_pv_rows for vt_fragments_ldsm's channels (16 G + 2 g + h, G = g0 + 4 mb + wiw): two
-// channels per m-block.
+// `rows`), vt_fragments_ldsm's channels (16 G + 2 g + h, G = g0 + 4 mb + wiw: two per m-block),
+// scaled by fin[2 n] = 1 / l; bf16 into out when the request has one split, else fp32 into its
+// split's partial; with_lse threads also write the rows' LSE (fin[2 n + 1]).
 template <int DC, int NB, int N>
 __device__ __forceinline__ void store_pv_rows_ldsm(const quant::Fp8DecodeParams& p, float* o_acc, float* lse_acc,
                                                    int b, int split, int n_split, int rows, int row0, int g0,
