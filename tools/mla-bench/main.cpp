@@ -28,8 +28,10 @@ int main(int argc, char** argv) {
   app.add_option("--tp", tpo.tp, "Several GPUs (NCCL): time one attention layer's decode step (q projection, decode, "
                                  "o_proj, all-reduce) per --mode on this many GPUs, DeepSeek-V3 shapes, --batch requests, "
                                  "each --seqlens; plus the KV capacity view")->check(CLI::Range(2, 8));
-  app.add_option("--mode", tpo.modes, "--tp: modes to time (tpla, dcp, head-parallel; repeatable)")
-      ->check(CLI::IsMember({"tpla", "dcp", "head-parallel"}));
+  app.add_option("--mode", tpo.modes,
+                 "--tp: modes to time (repeatable): head-parallel, tpla (g = tp latent slices, all heads on every "
+                 "GPU), tpla-g<g> (g slices shared by tp/g GPUs each, which split the heads; e.g. tpla-g2 at "
+                 "--tp 4), dcp (default: head-parallel tpla dcp)");
   app.add_option("--seqlens", tpo.seqlens, "--tp: context lengths L (default 8192 32768)");
   app.add_option("--norm", tp_norm, "--tp: tpla's normalisation (exact adds the one-float-per-token all-reduce)")
       ->check(CLI::IsMember({"exact", "approx"}));

@@ -2,7 +2,7 @@
 # One call on a machine with >= TP GPUs (nvidia-h200-x2 for TP=2, nvidia-h200-x4 for TP=4): build, the
 # multi-device tests, verify-decode on the trained tiny models with each TPLA rank on its own GPU (NCCL;
 # every latent group count in LGROUPS, exact and approx norm) and with DCP (tokens shared by the GPUs),
-# then mla-bench --tp TP (head-parallel / tpla / dcp layer step at 8K and 32K, capacity view).
+# then mla-bench --tp TP (head-parallel / tpla / tpla-g<g> / dcp layer step at 8K and 32K, capacity view).
 # NCCL_NVLS_ENABLE is left as the machine sets it (0: NVLink multicast off). Needs
 # datasets/corpus/heldout.bin (carried). With fewer than TP GPUs the ranks share the GPUs (threads).
 # Usage (repo root): OUT=dir [TP=2] [LGROUPS="TP"] [DEVICE=cuda] [BUILD=/tmp/bt]
@@ -13,6 +13,10 @@ BUILD=${BUILD:-/tmp/bt}
 DEVICE=${DEVICE:-cuda}
 TP=${TP:-2}
 LGROUPS=${LGROUPS:-$TP}
+# mla-bench --tp modes: every latent group count of LGROUPS below TP as tpla-g<g> besides plain tpla.
+BENCH_MODES="head-parallel tpla"
+for g in $LGROUPS; do [ "$g" -lt "$TP" ] && BENCH_MODES="$BENCH_MODES tpla-g$g"; done
+BENCH_MODES="$BENCH_MODES dcp"
 mkdir -p "$OUT" /tmp/tp-work
 echo "NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-(unset)}"
 if [ "$DEVICE" = cuda ]; then
@@ -68,6 +72,7 @@ done
 
 if [ "$DEVICE" = cuda ]; then
   echo "== mla-bench --tp $TP =="
-  timeout 200 "$T/mla-bench/mla-bench" --tp "$TP" --batch 128 --seqlens 8192 32768 --runs 30 "${ONE[@]}" \
+  modes=(); for m in $BENCH_MODES; do modes+=(--mode "$m"); done
+  timeout 200 "$T/mla-bench/mla-bench" --tp "$TP" "${modes[@]}" --batch 128 --seqlens 8192 32768 --runs 30 "${ONE[@]}" \
     --json "$OUT/tp$TP-bench.json" 2>&1 | tee "$OUT/tp$TP-bench.txt"
 fi

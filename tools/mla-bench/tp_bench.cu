@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -79,12 +80,24 @@ struct Shape {
   int heads = 0, d_c = 0, tokens = 0;  // per rank
   int dim() const { return d_c + kDr; }
 };
+// "tpla" is g = tp latent groups (every rank all heads, d_c / tp); "tpla-g<g>" has g groups of
+// tp / g ranks (g divides tp, 2 <= g < tp): a rank holds H g / tp heads on its group's d_c / g
+// slice, so q_b_proj and o_proj are replicated g times instead of tp times.
 Shape shape_of(const std::string& mode, int tp, int L) {
   if (mode == "head-parallel") return {mode, kH / tp, kDc, L};
   if (mode == "tpla") return {mode, kH, kDc / tp, L};
   if (mode == "dcp") return {mode, kH, kDc, (L + tp - 1) / tp};
-  throw InputError("--mode: '" + mode + "' is not tpla, dcp or head-parallel");
+  if (mode.rfind("tpla-g", 0) == 0) {
+    const std::string gs = mode.substr(6);
+    const int g = !gs.empty() && gs.size() <= 2 && std::all_of(gs.begin(), gs.end(), ::isdigit) ? std::stoi(gs) : 0;
+    if (g < 2 || g >= tp || tp % g)
+      throw InputError("--mode " + mode + ": the latent group count g must divide --tp " + std::to_string(tp) +
+                       " with 2 <= g < tp (g = tp is plain 'tpla')");
+    return {mode, kH * g / tp, kDc / g, L};
+  }
+  throw InputError("--mode: '" + mode + "' is not tpla, tpla-g<g>, dcp or head-parallel");
 }
+bool is_tpla(const Shape& sh) { return sh.mode.rfind("tpla", 0) == 0; }
 
 class Barrier {
  public:
@@ -172,7 +185,7 @@ struct RankResult {
 RankResult run_mode_rank(const Shape& sh, const TpOptions& o, int rank, ncclComm_t comm, cudaStream_t s,
                          cublasHandle_t cb, Barrier& bar, size_t l2_bytes) {
   const int B = o.batch, Hr = sh.heads, dc = sh.d_c, dim = sh.dim(), tp = o.tp;
-  const bool exact_norm = sh.mode == "tpla" && o.norm_exact;
+  const bool exact_norm = is_tpla(sh) && o.norm_exact;
   const bool dcp = sh.mode == "dcp";
   const int pages_per_seq = (sh.tokens + o.page - 1) / o.page;
   const size_t num_pages = size_t(B) * pages_per_seq;
@@ -344,7 +357,7 @@ std::vector<double> predict(const Shape& sh, const TpOptions& o, const RankCeili
   auto roof = [&](double bytes, double flops) { return 1e6 * std::max(bytes / bw, flops / fl); };
   std::vector<double> pr(kParts, 0.0);
   const double ring = 2.0 * (o.tp - 1) / o.tp;
-  if (sh.mode == "tpla" && o.norm_exact) pr[0] = f.small_us;
+  if (is_tpla(sh) && o.norm_exact) pr[0] = f.small_us;
   pr[1] = roof(2.0 * (Hr * (kDn + kDr) * kQLora + Hr * kDn * dc) + 2.0 * B * (kQLora + Hr * (kDn + kDr) + Hr * dim),
                2.0 * B * (double(kQLora) * Hr * (kDn + kDr) + Hr * kDn * dc));
   pr[2] = roof(2.0 * B * L * dim, 2.0 * B * Hr * L * (dim + dc));
@@ -357,15 +370,16 @@ std::vector<double> predict(const Shape& sh, const TpOptions& o, const RankCeili
 }  // namespace
 
 std::string run_tp_bench(const TpOptions& o) {
+  // The arguments first, so a bad one is named without a GPU.
+  if (o.tp < 2) throw InputError("--tp must be >= 2, got " + std::to_string(o.tp));
+  if (kH % o.tp || kDc % o.tp) throw InputError("--tp must divide 128 heads and d_c 512");
+  for (const auto& m : o.modes) shape_of(m, o.tp, 1);  // validates the names
   int visible = 0;
   cuda::check(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
-  if (o.tp < 2) throw InputError("--tp must be >= 2, got " + std::to_string(o.tp));
   const int here = o.one_gpu ? 1 : o.tp;  // ranks run in this process
   if (visible < here)
     throw InputError("--tp " + std::to_string(o.tp) + ": " + std::to_string(visible) +
                      " CUDA device(s) visible (--tp-one-gpu times rank 0 alone)");
-  for (const auto& m : o.modes) shape_of(m, o.tp, 1);  // validates the names
-  if (kH % o.tp || kDc % o.tp) throw InputError("--tp must divide 128 heads and d_c 512");
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   std::printf("mla-bench --tp %d: DeepSeek-V3 attention (D=%d H=%d q_lora=%d d_c=%d d_r=%d d_n=d_v=%d), B=%d, page %d; "
               "NCCL_NVLS_ENABLE=%s\n",

@@ -3,6 +3,7 @@
 // DeepSeek-V3 shapes, for each parallel mode:
 //   head-parallel  each GPU all d_c = 512 latent dims, H/N heads, the whole cache (MLA under TP);
 //   tpla           each GPU all H heads, d_c/N latent dims (g = N), its cache slice;
+//   tpla-g<g>      g latent slices, each shared by N/g GPUs that split the heads (H g/N heads, d_c/g);
 //   dcp            each GPU all H heads, full latent, 1/N of the tokens (decode context
 //                  parallelism); partial outputs merged by log-sum-exp across GPUs.
 // Step = q projection (q_b_proj, W_UK absorption) + decode kernel + [dcp: LSE all-gather and
