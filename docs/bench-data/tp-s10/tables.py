@@ -24,8 +24,10 @@ def rng(vals, fmt):
     return lo if lo == hi else f'{lo}-{hi}'
 
 
-SETS = {'4 x H200, tp = 4': ['call5-tp4a-bench-h200.txt', 'call5-tp4b-bench-h200.txt', 'call6-tp4-bench-h200.txt'],
-        '2 x H200 (GPUs 0, 1 of the four), tp = 2': ['call5-tp2-bench-h200.txt'],
+SETS = {'4 x H200, tp = 4': ['call5-tp4a-bench-h200.txt', 'call5-tp4b-bench-h200.txt', 'call6-tp4-bench-h200.txt',
+                             'call7-tp4c-bench-h200.txt'],
+        '2 x H200 (GPUs 0, 1 of the four), tp = 2': ['call5-tp2-bench-h200.txt', 'call7-tp2a-bench-h200.txt',
+                                               'call7-tp2b-bench-h200.txt', 'call7-tp2c-bench-h200.txt'],
         '4 x H100, tp = 4': ['call2-tp4a-bench.txt', 'call2-tp4b-bench.txt'],
         '2 x H100 (GPUs 0, 1 of the four), tp = 2': ['call2-tp2-bench.txt']}
 for title, fs in SETS.items():
