@@ -89,7 +89,7 @@ Shape shape_of(const std::string& mode, int tp, int L) {
   if (mode == "dcp") return {mode, kH, kDc, (L + tp - 1) / tp};
   if (mode.rfind("tpla-g", 0) == 0) {
     const std::string gs = mode.substr(6);
-    const int g = !gs.empty() && gs.size() <= 2 && std::all_of(gs.begin(), gs.end(), ::isdigit) ? std::stoi(gs) : 0;
+    const int g = !gs.empty() && gs.size() <= 2 && std::all_of(gs.begin(), gs.end(), [](unsigned char c) { return std::isdigit(c) != 0; }) ? std::stoi(gs) : 0;
     if (g < 2 || g >= tp || tp % g)
       throw InputError("--mode " + mode + ": the latent group count g must divide --tp " + std::to_string(tp) +
                        " with 2 <= g < tp (g = tp is plain 'tpla')");
