@@ -365,10 +365,10 @@ __device__ __forceinline__ void pv_fence_acc(float (&acc)[NB][N / 2]) {
 // scaled by fin[2 n] = 1 / l; bf16 into out when the request has one split, else fp32 into its
 // split's partial; with_lse threads also write the rows' LSE (fin[2 n + 1]).
 template <int DC, int NB, int N>
-__device__ __forceinline__ void store_pv_rows_ldsm(const quant::Fp8DecodeParams& p, float* o_acc, float* lse_acc,
-                                                   int b, int split, int n_split, int rows, int row0, int g0,
-                                                   int wiw, int g, const float (&acc)[NB][N / 2], const float* fin,
-                                                   int tq, bool with_lse) {
+__device__ __forceinline__ void store_pv_rows(const quant::Fp8DecodeParams& p, float* o_acc, float* lse_acc, int b,
+                                              int split, int n_split, int rows, int row0, int g0, int wiw, int g,
+                                              const float (&acc)[NB][N / 2], const float* fin, int tq,
+                                              bool with_lse) {
 #pragma unroll
   for (int c = 0; c < N / 4; ++c) {
     const int n = acc_col(c, tq), r = row0 + n;

@@ -385,8 +385,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
-      store_pv_rows_ldsm<DC, NB, N>(p, o_acc, lse_acc, b, split, n_split, rows, 0, g0, wiw, g, acc, fin, tq,
-                               wg == 1 && wiw == 0 && g == 0);
+      store_pv_rows<DC, NB, N>(p, o_acc, lse_acc, b, split, n_split, rows, 0, g0, wiw, g, acc, fin, tq,
+                    wg == 1 && wiw == 0 && g == 0);
       // A part holds at most two requests of several splits (its first and its last): their
       // merges wait for the end of the tile loop.
       if (n_split > 1 &&

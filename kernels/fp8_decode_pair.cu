@@ -186,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---- epilogue: 1/l and LSE of the warpgroup's rows, then its d_c columns ----
     write_fin(fin, lrow, m_run, l_run, sig, tq);
     detail::named_bar_sync(kBarP + wg, 128);
-    store_pv_rows_ldsm<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, 0, wiw, g, acc, fin, tq,
-                                 wiw == 0 && g == 0);
+    store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, 0, wiw, g, acc, fin, tq,
+                 wiw == 0 && g == 0);
   }
   if (wg == 0) detail::named_bar_sync(kBarTurn, kConsumers);
 }

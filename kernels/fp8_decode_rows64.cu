@@ -245,8 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
-      store_pv_rows_ldsm<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, g0, wiw, g, acc, fin, tq,
-                                   wg == 1 && wiw == 0 && g == 0);
+      store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, g0, wiw, g, acc, fin, tq,
+                    wg == 1 && wiw == 0 && g == 0);
     }
   }
 }
