@@ -176,6 +176,9 @@ TEST(DecodeGpu, EveryDeviceRunsTheLargeSharedMemoryPaths) {
   int n = 0;
   cuda::check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
   if (n < 2) GTEST_SKIP() << "one GPU: the per-device limit needs two";
+  struct BackToDevice0 {  // the later tests run on device 0 even if a case throws
+    ~BackToDevice0() { cudaSetDevice(0); }
+  } back;
   for (int dev = 0; dev < n; ++dev) {
     cuda::check(cudaSetDevice(dev), "cudaSetDevice");
     SCOPED_TRACE("device " + std::to_string(dev));
@@ -183,7 +186,6 @@ TEST(DecodeGpu, EveryDeviceRunsTheLargeSharedMemoryPaths) {
     run_gpu_case({"v7 H80 dc256", {300, 64}, 1, 80, 256, 64, 64}, 151);
     run_gpu_case({"membound H16 dc512 dr128", {300, 1000}, 1, 16, 512, 128, 64}, 152);
   }
-  cuda::check(cudaSetDevice(0), "cudaSetDevice");
 }
 TEST(DecodeGpu, ManyHeadCasesOnTheMmaSyncPathVariant7) {
   REQUIRE_GPU();
