@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -88,9 +89,10 @@ Shape shape_of(const std::string& mode, int tp, int L) {
   if (mode == "tpla") return {mode, kH, kDc / tp, L};
   if (mode == "dcp") return {mode, kH, kDc, (L + tp - 1) / tp};
   if (mode.rfind("tpla-g", 0) == 0) {
-    const std::string gs = mode.substr(6);
-    const int g = !gs.empty() && gs.size() <= 2 && std::all_of(gs.begin(), gs.end(), [](unsigned char c) { return std::isdigit(c) != 0; }) ? std::stoi(gs) : 0;
-    if (g < 2 || g >= tp || tp % g)
+    int g = 0;
+    const char *first = mode.data() + 6, *last = mode.data() + mode.size();
+    const auto [end, err] = std::from_chars(first, last, g);
+    if (err != std::errc() || end != last || g < 2 || g >= tp || tp % g)
       throw InputError("--mode " + mode + ": the latent group count g must divide --tp " + std::to_string(tp) +
                        " with 2 <= g < tp (g = tp is plain 'tpla')");
     return {mode, kH * g / tp, kDc / g, L};
