@@ -25,8 +25,29 @@ std::string shell_quote(const std::string& s) { return "'" + s + "'"; }
 
 }  // namespace
 
-std::string run_bench(const Options& o) {
-  nlohmann::json j;
+PagedProblem make_paged_problem(const Options& o) {
+  PagedProblem pb;
+  pb.seqlens.assign(o.batch, o.seqlen);
+  std::mt19937_64 rng(42);
+  if (o.varied)
+    for (auto& L : pb.seqlens) L = std::max(1, o.seqlen / 2 + static_cast<int>(rng() % std::max(1, o.seqlen)));
+  for (int L : pb.seqlens) {
+    const int np = (L + o.page - 1) / o.page;
+    pb.max_pages = std::max(pb.max_pages, np);
+    pb.total_pages += np;
+    pb.total_tokens += L;
+  }
+  std::vector<int32_t> perm(pb.total_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  if (!o.sequential_pages) std::shuffle(perm.begin(), perm.end(), rng);
+  pb.table.assign(size_t(o.batch) * pb.max_pages, 0);
+  long long next = 0;
+  for (int b = 0; b < o.batch; ++b)
+    for (int i = 0; i < (pb.seqlens[b] + o.page - 1) / o.page; ++i) pb.table[size_t(b) * pb.max_pages + i] = perm[next++];
+  return pb;
+}
+
+cudaDeviceProp describe_device(nlohmann::json& j) {
   int dev = 0;
   cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
   cudaDeviceProp prop{};
@@ -34,46 +55,38 @@ std::string run_bench(const Options& o) {
   j["device"] = prop.name;
   j["sms"] = prop.multiProcessorCount;
   j["l2_bytes"] = prop.l2CacheSize;
-  L2FlushTimer timer(static_cast<size_t>(prop.l2CacheSize));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  return prop;
+}
 
-  if (o.ceilings) {
-    const Ceilings c = measure_ceilings(timer, prop.multiProcessorCount, 20);
-    j["copy_gbs"] = c.copy_gbs;
-    j["read_gbs"] = c.read_gbs;
-    j["gemm_tflops"] = c.gemm_tflops;
-    std::printf("ceilings: copy %.0f GB/s (read+write, 1 GiB memcpy), read %.0f GB/s (streaming kernel), "
-                "cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s\n",
-                j["copy_gbs"].get<double>(), j["read_gbs"].get<double>(), j["gemm_tflops"].get<double>());
-  }
+void report_ceilings(nlohmann::json& j, L2FlushTimer& timer, int sms) {
+  const Ceilings c = measure_ceilings(timer, sms, 20);
+  j["copy_gbs"] = c.copy_gbs;
+  j["read_gbs"] = c.read_gbs;
+  j["gemm_tflops"] = c.gemm_tflops;
+  std::printf("ceilings: copy %.0f GB/s (read+write, 1 GiB memcpy), read %.0f GB/s (streaming kernel), "
+              "cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s\n",
+              c.copy_gbs, c.read_gbs, c.gemm_tflops);
+}
+
+std::string run_bench(const Options& o) {
+  nlohmann::json j;
+  const cudaDeviceProp prop = describe_device(j);
+  L2FlushTimer timer(static_cast<size_t>(prop.l2CacheSize));
+  if (o.ceilings) report_ceilings(j, timer, prop.multiProcessorCount);
 
   // ---- the decode problem: B requests, pages in a random permutation of the pool ----
   const int dim = o.d_c + o.d_r;
-  std::vector<int32_t> seqlens(o.batch, o.seqlen);
-  std::mt19937_64 rng(42);
-  if (o.varied)
-    for (auto& L : seqlens) L = std::max(1, o.seqlen / 2 + static_cast<int>(rng() % std::max(1, o.seqlen)));
-  int max_pages = 1;
-  long long total_pages = 0, total_tokens = 0;
-  for (int L : seqlens) {
-    const int np = (L + o.page - 1) / o.page;
-    max_pages = std::max(max_pages, np);
-    total_pages += np;
-    total_tokens += L;
-  }
-  std::vector<int32_t> perm(total_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  if (!o.sequential_pages) std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> table(size_t(o.batch) * max_pages, 0);
-  long long next = 0;
-  for (int b = 0; b < o.batch; ++b)
-    for (int i = 0; i < (seqlens[b] + o.page - 1) / o.page; ++i) table[size_t(b) * max_pages + i] = perm[next++];
+  const PagedProblem pb = make_paged_problem(o);
+  const std::vector<int32_t>& seqlens = pb.seqlens;
+  const int max_pages = pb.max_pages;
+  const long long total_pages = pb.total_pages, total_tokens = pb.total_tokens;
 
   const size_t rows = size_t(o.s_q) * o.heads;
   const size_t cache_elems = size_t(total_pages) * o.page * dim;
   DeviceBytes q(size_t(o.batch) * rows * dim * 2), cache(cache_elems * 2), out(size_t(o.batch) * rows * o.d_c * 2),
       lse(size_t(o.batch) * rows * 4);
-  const cuda::DeviceBuffer<int32_t> d_table(table), d_seq(seqlens);
+  const cuda::DeviceBuffer<int32_t> d_table(pb.table), d_seq(seqlens);
   fill_bf16(cache.ptr, cache_elems, 7);
   fill_bf16(q.ptr, size_t(o.batch) * rows * dim, 8);
 

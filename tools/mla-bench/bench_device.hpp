@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
 
@@ -64,5 +65,10 @@ struct Ceilings {
   double copy_gbs = 0, read_gbs = 0, gemm_tflops = 0;
 };
 Ceilings measure_ceilings(L2FlushTimer& timer, int sms, int runs);
+
+// The current device's name, SMs and L2 size, printed and recorded in j (bench.cu).
+cudaDeviceProp describe_device(nlohmann::json& j);
+// measure_ceilings (20 runs), printed and recorded in j as copy_gbs, read_gbs, gemm_tflops.
+void report_ceilings(nlohmann::json& j, L2FlushTimer& timer, int sms);
 
 }  // namespace mla::bench

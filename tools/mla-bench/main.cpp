@@ -1,12 +1,15 @@
-// mla-bench --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 [--torch-baseline] [--json F]
+// mla-bench --batch 128 --heads 16 --dc 512 --dr 64 --seqlen 4096 --page 64 [--kv fp8|fp4|codebook]
+//           [--torch-baseline] [--json F]
 #include "bench.hpp"
 #include "prefix_bench.hpp"
 #include "tp_bench.hpp"
 #include "common/cli_common.hpp"
+#include "core/error.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Times the BF16 paged MLA decode kernel (split-KV + combine, L2 flushed, median of runs) "
-               "against the device's measured copy bandwidth and cuBLAS BF16 GEMM rate"};
+  CLI::App app{"Times the paged MLA decode kernels (split-KV + combine, L2 flushed, median of runs) against the "
+               "device's measured copy bandwidth and cuBLAS BF16 GEMM rate: the BF16 cache, or (--kv) an FP8 / 4-bit "
+               "cache beside it; --tp several GPUs; --prefix shared-prefix decode"};
   mla::cli::CommonOptions common;
   mla::bench::Options o;
   app.add_option("--batch", o.batch, "Requests B")->check(CLI::Range(1, 65535));
@@ -21,6 +24,14 @@ int main(int argc, char** argv) {
   app.add_flag("--varied", o.varied, "Lengths uniform in [L/2, 3L/2] instead of all L");
   app.add_option("--runs", o.runs, "Timed runs (median reported)")->check(CLI::Range(3, 100000));
   app.add_flag("!--no-ceilings", o.ceilings, "Skip the bandwidth / GEMM ceiling measurements");
+  std::string kv = "bf16";
+  app.add_option("--kv", kv,
+                 "Cache format: bf16 (default; the BF16 decode alone, with --variant and --torch-baseline), or fp8 / "
+                 "fp4 / codebook: that format's decode beside the BF16 decode on the same tokens, lengths and page "
+                 "table, every route the shape has (fp8: FP8 tensor cores; fp4: BF16 tensor cores and FP8 tensor "
+                 "cores; codebook: BF16 tensor cores), each with its bytes-per-token floor at the measured copy rate "
+                 "(docs/formats/kv-fp8.md, kv-fp4.md)")
+      ->check(CLI::IsMember({"bf16", "fp8", "fp4", "codebook"}));
   app.add_flag("--torch-baseline", o.torch_baseline, "Also time the PyTorch einsum/softmax/einsum formulation");
   app.add_option("--python", o.python, "Python with PyTorch for --torch-baseline");
   mla::bench::TpOptions tpo;
@@ -65,6 +76,11 @@ int main(int argc, char** argv) {
       tpo.norm_exact = tp_norm == "exact";
       const std::string json = mla::bench::run_tp_bench(tpo);
       mla::cli::write_json_output(common.json_path, json);
+      return 0;
+    }
+    if (kv != "bf16") {
+      if (o.torch_baseline) throw mla::InputError("mla-bench --kv " + kv + ": --torch-baseline applies to --kv bf16 only");
+      mla::cli::write_json_output(common.json_path, mla::bench::run_kv_bench(o, kv));
       return 0;
     }
     const std::string json = mla::bench::run_bench(o);
