@@ -91,21 +91,14 @@ std::string run_bench(const Options& o) {
   fill_bf16(q.ptr, size_t(o.batch) * rows * dim, 8);
 
   kernels::Bf16DecodeParams p;
+  quant::set_decode_shape(p, o.batch, o.s_q, o.heads, o.d_c, o.d_r, static_cast<int>(total_pages), o.page, max_pages,
+                          1.f / std::sqrt(192.f));
   p.q = q.as<uint16_t>();
   p.kv_cache = cache.as<uint16_t>();
   p.page_table = d_table.ptr;
   p.seqlens = d_seq.ptr;
   p.out = out.as<uint16_t>();
   p.lse = lse.as<float>();
-  p.batch = o.batch;
-  p.s_q = o.s_q;
-  p.heads = o.heads;
-  p.d_c = o.d_c;
-  p.d_r = o.d_r;
-  p.num_pages = static_cast<int>(total_pages);
-  p.page_size = o.page;
-  p.max_pages = max_pages;
-  p.scale = 1.f / std::sqrt(static_cast<float>(192));
   p.variant = o.variant;
   p.num_parts = kernels::decode_parts_for_device(p);
   const size_t ws_bytes = kernels::decode_workspace_bytes_for(p);

@@ -113,33 +113,27 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
     a.num_pages = num_pages;
     a.page_size = o.page;
     kernels::cache_append_bf16(a, nullptr);
+    // The format's append (Fp8AppendParams and Kv4AppendParams name these fields alike).
+    const auto bind_append = [&](auto& x) {
+      x.kv_new = rows_bf16;
+      x.positions = pos;
+      x.page_table = table_row;
+      x.cache = cache.as<uint8_t>();
+      x.batch = 1;
+      x.n_new = n;
+      x.d_c = o.d_c;
+      x.d_r = o.d_r;
+      x.max_pages = pb.max_pages;
+      x.num_pages = num_pages;
+      x.page_size = o.page;
+    };
     if (kv == "fp8") {
       kernels::Fp8AppendParams f;
-      f.kv_new = rows_bf16;
-      f.positions = pos;
-      f.page_table = table_row;
-      f.cache = cache.as<uint8_t>();
-      f.batch = 1;
-      f.n_new = n;
-      f.d_c = o.d_c;
-      f.d_r = o.d_r;
-      f.max_pages = pb.max_pages;
-      f.num_pages = num_pages;
-      f.page_size = o.page;
+      bind_append(f);
       kernels::fp8_cache_append(f, nullptr);
     } else {
       kernels::Kv4AppendParams k;
-      k.kv_new = rows_bf16;
-      k.positions = pos;
-      k.page_table = table_row;
-      k.cache = cache.as<uint8_t>();
-      k.batch = 1;
-      k.n_new = n;
-      k.d_c = o.d_c;
-      k.d_r = o.d_r;
-      k.max_pages = pb.max_pages;
-      k.num_pages = num_pages;
-      k.page_size = o.page;
+      bind_append(k);
       k.format = kv4_format;
       k.c = kFp4C;
       std::copy(levels, levels + 16, k.levels);
@@ -148,22 +142,20 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
   });
 
   // ---- the routes ----
+  // Shape, paging, lengths and outputs of a decode call (Bf16DecodeParams and Fp8DecodeParams
+  // name them alike); the query and cache pointers are the route's.
+  const auto bind = [&](auto& x) {
+    quant::set_decode_shape(x, o.batch, o.s_q, o.heads, o.d_c, o.d_r, num_pages, o.page, pb.max_pages,
+                            1.f / std::sqrt(192.f));
+    x.page_table = d_table.ptr;
+    x.seqlens = d_seq.ptr;
+    x.out = out.as<uint16_t>();
+    x.lse = lse.as<float>();
+  };
   kernels::Bf16DecodeParams p;
+  bind(p);
   p.q = q.as<uint16_t>();
   p.kv_cache = bf16_cache.as<uint16_t>();
-  p.page_table = d_table.ptr;
-  p.seqlens = d_seq.ptr;
-  p.out = out.as<uint16_t>();
-  p.lse = lse.as<float>();
-  p.batch = o.batch;
-  p.s_q = o.s_q;
-  p.heads = o.heads;
-  p.d_c = o.d_c;
-  p.d_r = o.d_r;
-  p.num_pages = num_pages;
-  p.page_size = o.page;
-  p.max_pages = pb.max_pages;
-  p.scale = 1.f / std::sqrt(192.f);
   p.num_parts = kernels::decode_parts_for_device(p);
   DeviceBytes ws_bf16(kernels::decode_workspace_bytes_for(p));
   p.workspace = ws_bf16.ptr;
@@ -174,20 +166,8 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
 
   // The FP8 decode's parameters (FP8 pages, or FP4 pages on the FP8 route); workspace on first use.
   quant::Fp8DecodeParams f;
+  bind(f);
   f.cache = cache.as<uint8_t>();
-  f.page_table = d_table.ptr;
-  f.seqlens = d_seq.ptr;
-  f.out = out.as<uint16_t>();
-  f.lse = lse.as<float>();
-  f.batch = o.batch;
-  f.s_q = o.s_q;
-  f.heads = o.heads;
-  f.d_c = o.d_c;
-  f.d_r = o.d_r;
-  f.num_pages = num_pages;
-  f.page_size = o.page;
-  f.max_pages = pb.max_pages;
-  f.scale = p.scale;
   DeviceBytes ws_fp8;
   const auto fp8_ready = [&] {
     if (ws_fp8.ptr != nullptr) return;
