@@ -5,10 +5,14 @@
 //     layouts need d_c, which DecodeBackend gives only at decode time, so appends are queued and
 //     encoded before the first decode that needs them (bit-exactly as at append time);
 //   - the checks a flush makes (d_c + d_r against the cache, d_c against the first decode's);
-//   - the 4-bit formats' parameter checks and page size (CPU and GPU backends);
+//   - the 4-bit formats' parameter checks and page size, the fp8 route's format and shape
+//     checks (CPU and GPU backends);
 //   - the CPU twin on host BF16 pages (the BF16 backend, a 4-bit backend's dequantised view or
 //     protected layer, the SnapMLA study configurations);
-//   - with CUDA: the stream, the device error flag and the device buffers of one step.
+//   - the FP8 decode twin on host FP8 pages from a BF16 query (the FP8 backend, the 4-bit
+//     backend's fp8 route);
+//   - with CUDA: the stream, the device error flag and the device buffers of one step, and the
+//     FP8 decode of a step from its BF16 query (FP8 pages, or FP4 pages on the fp8 route).
 // Internal to lib/verify: MLA_HAVE_CUDA is defined for mla_verify's sources only.
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +22,7 @@
 
 #include "transform/kv4_params.hpp"
 #include "verify/decode_backend.hpp"
+#include "verify/kv4_backend.hpp"
 
 #if MLA_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -95,6 +100,14 @@ class Kv4BackendBase : public QueuedAppendBackend<Cache> {
 // Bytes of one page of the 4-bit format's layout (the layout validated first: InputError naming
 // e.g. d_c = 16).
 size_t kv4_page_bytes(const std::string& format, int page_size, int d_c, int d_r);
+// InputError unless `format` (a --kv name) has the route: bf16 for fp4 and codebook, fp8 for fp4
+// only (the codebook has no FP8 route; other formats no route at all).
+void check_kv4_route(const std::string& format, Kv4Route route);
+// InputError naming the shape unless the fp8 route has a GPU kernel for it (kernels/fp8_decode.hpp,
+// fp8_decode_fp4_cache_bf16q): d_c 128, 256 or 512, d_r 32 or 64, pages of 64 or 128 tokens, and
+// heads (s_q = 1 rows) <= 64 at d_c <= 256 (more rows there take the 128-row TPLA-slice kernel,
+// which reads no FP4). The CPU twin refuses the same shapes, so it twins only what the GPU runs.
+void check_kv4_fp8_route_shape(int heads, int d_c, int d_r, int page_size);
 
 // The BF16 twin on host pages [num_pages, page_size, dim] bf16 bits of a cache of shape s:
 // pages as created (0x7FC0, NaN, until written), quant::cache_append_twin_bf16 and
@@ -105,6 +118,13 @@ void append_bf16_twin(const CacheShape& s, const std::vector<int32_t>& page_tabl
 void decode_bf16_twin(const CacheShape& s, const uint16_t* pages, const std::vector<int32_t>& page_table,
                       const std::vector<uint16_t>& q, int heads, int d_c, int d_r, const std::vector<int32_t>& seqlens,
                       float scale, std::vector<uint16_t>& out, std::vector<float>& lse);
+// The FP8 twin on host FP8 pages (quant/fp8_cache_layout.hpp, d_c and d_r as given) of a cache of
+// shape s: q [batch, heads, d_c + d_r] bf16 quantised per row (quant::fp8_quantize_query_twin,
+// what kernels::fp8_decode_bf16q does on the GPU), then quant::fp8_decode_twin with the default
+// num_parts (out and lse resized and written as decode_bf16_twin's).
+void decode_fp8_twin(const CacheShape& s, const uint8_t* pages, const std::vector<int32_t>& page_table,
+                     const std::vector<uint16_t>& q, int heads, int d_c, int d_r, const std::vector<int32_t>& seqlens,
+                     float scale, std::vector<uint16_t>& out, std::vector<float>& lse);
 
 #if MLA_HAVE_CUDA
 // The device's name, for DecodeBackend::name().
@@ -167,6 +187,15 @@ class CudaStep {
   cuda::DeviceBuffer<float> lse_;
   cuda::DeviceBuffer<unsigned char> ws_;
 };
+
+// One FP8 decode step on the device from the BF16 query: kernels::fp8_decode_bf16q on FP8 pages,
+// or (fp4_pages) kernels::fp8_decode_fp4_cache_bf16q on FP4 pages, on step's stream with the
+// device's default num_parts; waits, checks the error flag (`what` names the decode) and
+// downloads out and lse as decode_fp8_twin writes them.
+void decode_fp8_cuda(CudaStep& step, const CacheShape& s, const uint8_t* pages, const int32_t* page_table,
+                     bool fp4_pages, const std::vector<uint16_t>& q, int heads, int d_c, int d_r,
+                     const std::vector<int32_t>& seqlens, float scale, std::vector<uint16_t>& out,
+                     std::vector<float>& lse, const std::string& what);
 #endif
 
 }  // namespace mla::verify

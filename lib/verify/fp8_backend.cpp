@@ -8,7 +8,6 @@
 #include "core/tensor.hpp"
 #include "quant/decode_twin_bf16.hpp"
 #include "quant/fp8_cache_format.hpp"
-#include "quant/fp8_decode_twin.hpp"
 #include "quant/fp8_kv.hpp"
 #include "transform/kv4_params.hpp"
 #include "verify/backend_common.hpp"
@@ -38,23 +37,7 @@ class CpuFp8Backend final : public QueuedAppendBackend<Fp8Cache> {
               float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
     Cache& c = caches_.at(cache);
     flush(c, d_c, d_r);
-    const int rows = c.shape.batch * heads;
-    std::vector<uint8_t> q8(static_cast<size_t>(rows) * d_c);
-    std::vector<uint16_t> qr(static_cast<size_t>(rows) * d_r);
-    std::vector<float> qs(rows);
-    quant::fp8_quantize_query_twin(q.data(), rows, d_c, d_r, q8.data(), qr.data(), qs.data());
-    out.assign(static_cast<size_t>(rows) * d_c, 0);
-    lse.assign(rows, 0.f);
-    quant::Fp8DecodeParams p = decode_params<quant::Fp8DecodeParams>(c.shape, heads, d_c, d_r, scale);
-    p.q8 = q8.data();
-    p.q_rope = qr.data();
-    p.q_scale = qs.data();
-    p.cache = c.bytes.data();
-    p.page_table = c.page_table.data();
-    p.seqlens = seqlens.data();
-    p.out = out.data();
-    p.lse = lse.data();
-    quant::fp8_decode_twin(p);
+    decode_fp8_twin(c.shape, c.bytes.data(), c.page_table, q, heads, d_c, d_r, seqlens, scale, out, lse);
   }
 
  private:
@@ -137,24 +120,30 @@ const std::vector<std::string>& kv_format_names() {
   return n;
 }
 
-double kv_kernel_tolerance(const std::string& kv, double user_bound) {
+double kv_kernel_tolerance(const std::string& kv, double user_bound, const std::string& kv4_route) {
   if (kv == "bf16") return user_bound;
-  return std::max(user_bound, transform::is_kv4_format(kv) ? kKv4KernelRelL2 : kFp8KernelRelL2);
+  if (!transform::is_kv4_format(kv)) return std::max(user_bound, kFp8KernelRelL2);
+  const bool fp8 = parse_kv4_route(kv4_route) == Kv4Route::Fp8;
+  return std::max(user_bound, fp8 ? kKv4Fp8RouteKernelRelL2 : kKv4KernelRelL2);
 }
 
-double kv_cos_tolerance(const std::string& kv, double user_bound) {
+double kv_cos_tolerance(const std::string& kv, double user_bound, const std::string& kv4_route) {
   if (kv == "bf16") return user_bound;
-  return std::max(user_bound, transform::is_kv4_format(kv) ? kKv4CosDiff : kFp8CosDiff);
+  if (!transform::is_kv4_format(kv)) return std::max(user_bound, kFp8CosDiff);
+  const bool fp8 = parse_kv4_route(kv4_route) == Kv4Route::Fp8;
+  return std::max(user_bound, fp8 ? kKv4Fp8RouteCosDiff : kKv4CosDiff);
 }
 
 std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv,
-                                               const transform::Kv4Params* kv4) {
+                                               const transform::Kv4Params* kv4, const std::string& kv4_route) {
   if (device != "cpu" && device != "cuda") throw InputError("--device must be cpu or cuda, got '" + device + "'");
+  const Kv4Route route = parse_kv4_route(kv4_route);
+  if (route != Kv4Route::Bf16 || transform::is_kv4_format(kv)) check_kv4_route(kv, route);
   if (kv == "bf16") return device == "cuda" ? make_cuda_backend() : make_cpu_backend();
   if (transform::is_kv4_format(kv)) {
     if (!kv4 || kv4->format != kv)
       throw InputError("--kv " + kv + " needs its per-layer parameters: pass --calib calib.h5 (mla-calibrate's fits)");
-    return device == "cuda" ? make_cuda_kv4_backend(*kv4) : make_cpu_kv4_backend(*kv4);
+    return device == "cuda" ? make_cuda_kv4_backend(*kv4, route) : make_cpu_kv4_backend(*kv4, route);
   }
   if (kv == "fp8") return device == "cuda" ? make_cuda_fp8_backend() : std::make_unique<CpuFp8Backend>();
   const std::pair<const char*, quant::Fp8Config> study[] = {{"fp8-rope-aware", quant::Fp8Config::RopeAware},

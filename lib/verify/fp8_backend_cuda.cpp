@@ -41,20 +41,11 @@ class CudaFp8Backend final : public QueuedAppendBackend<Fp8Cache> {
               float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
     Cache& c = caches_.at(cache);
     flush(c, d_c, d_r);
-    const size_t n_out = size_t(c.shape.batch) * heads * d_c, n_lse = size_t(c.shape.batch) * heads;
-    step_.upload_decode(q, seqlens, n_out, n_lse);
-    quant::Fp8DecodeParams p = decode_params<quant::Fp8DecodeParams>(c.shape, heads, d_c, d_r, scale);
-    p.cache = c.bytes.ptr;
-    p.page_table = c.page_table.ptr;
-    step_.set_decode_buffers(p);
-    if (!kernels::fp8_decode_shape_supported(p))
+    if (!kernels::fp8_decode_shape_supported(decode_params<quant::Fp8DecodeParams>(c.shape, heads, d_c, d_r, scale)))
       throw InputError("--kv fp8 --device cuda: (d_c, d_r) = (" + std::to_string(d_c) + ", " + std::to_string(d_r) +
                        ") has no GPU kernel (d_c 128, 256, 512 with d_r 32 or 64); use --device cpu for the twin");
-    p.workspace = step_.workspace(kernels::fp8_decode_workspace_bytes(p, true));
-    p.workspace_bytes = step_.workspace_bytes();
-    kernels::fp8_decode_bf16q(p, step_.q(), step_.stream());
-    step_.finish("fp8 decode", "fp8 decode");
-    step_.download_decode(out, lse, n_out, n_lse);
+    decode_fp8_cuda(step_, c.shape, c.bytes.ptr, c.page_table.ptr, /*fp4_pages=*/false, q, heads, d_c, d_r, seqlens,
+                    scale, out, lse, "fp8 decode");
   }
 
  private:

@@ -1,7 +1,10 @@
 // The 4-bit backend on the GPU: each rank's cache in FP4 or codebook pages on the device, the
 // append kernel (queued BF16 rows encoded with the layer's parameters before the decode that
-// needs them) and the 4-bit decode kernel (any head count, in blocks of 16 rows) on one stream. Layers calib.h5 protects keep a BF16
-// cache (the BF16 append and decode kernels). Without CUDA the factory says so.
+// needs them) and, on one stream, the route's decode kernel: bf16, the 4-bit decode kernel (any
+// head count, in blocks of 16 rows); fp8 (FP4 only), the FP8 decode of the FP4 pages converted
+// per tile in shared memory, the query quantised inside (fp8_decode_fp4_cache_bf16q). Layers
+// calib.h5 protects keep a BF16 cache (the BF16 append and decode kernels). Without CUDA the
+// factory says so.
 #include "core/error.hpp"
 #include "verify/backend_common.hpp"
 #include "verify/kv4_backend.hpp"
@@ -40,8 +43,10 @@ class CudaKv4Backend final : public Kv4BackendBase<Kv4Cache> {
   using Cache = Kv4Cache;
 
  public:
-  using Kv4BackendBase::Kv4BackendBase;
-  std::string name() const override { return "cuda " + p_.format + " (" + cuda_device_name() + ")"; }
+  CudaKv4Backend(transform::Kv4Params p, Kv4Route route) : Kv4BackendBase(std::move(p)), route_(route) {}
+  std::string name() const override {
+    return "cuda " + p_.format + ", " + kv4_route_name(route_) + " route (" + cuda_device_name() + ")";
+  }
   int create_cache(const CacheShape& s, const std::vector<int32_t>& page_table) override {
     Cache c;
     c.shape = s;
@@ -53,6 +58,13 @@ class CudaKv4Backend final : public Kv4BackendBase<Kv4Cache> {
               float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
     Cache& c = caches_.at(cache);
     const bool bf16 = layer_params(c).protect_bf16;
+    if (route_ == Kv4Route::Fp8 && !bf16) {
+      check_kv4_fp8_route_shape(heads, d_c, d_r, c.shape.page_size);
+      flush(c, d_c, d_r);
+      decode_fp8_cuda(step_, c.shape, c.bytes.ptr, c.page_table.ptr, /*fp4_pages=*/true, q, heads, d_c, d_r, seqlens,
+                      scale, out, lse, "fp4 decode (fp8 route)");
+      return;
+    }
     flush(c, d_c, d_r);
     const size_t n_out = size_t(c.shape.batch) * heads * d_c, n_lse = size_t(c.shape.batch) * heads;
     step_.upload_decode(q, seqlens, n_out, n_lse);
@@ -120,15 +132,17 @@ class CudaKv4Backend final : public Kv4BackendBase<Kv4Cache> {
     }
     c.pending.clear();
   }
+  Kv4Route route_;
   CudaStep step_;
 };
 
 }  // namespace
 
-std::unique_ptr<DecodeBackend> make_cuda_kv4_backend(const transform::Kv4Params& params) {
+std::unique_ptr<DecodeBackend> make_cuda_kv4_backend(const transform::Kv4Params& params, Kv4Route route) {
   check_kv4_format(params);
+  check_kv4_route(params.format, route);
   if (!cuda_backend_available()) throw Error("--device cuda: no CUDA device is present (use --device cpu)");
-  return std::make_unique<CudaKv4Backend>(params);
+  return std::make_unique<CudaKv4Backend>(params, route);
 }
 
 }  // namespace mla::verify
@@ -136,7 +150,8 @@ std::unique_ptr<DecodeBackend> make_cuda_kv4_backend(const transform::Kv4Params&
 #else
 
 namespace mla::verify {
-std::unique_ptr<DecodeBackend> make_cuda_kv4_backend(const transform::Kv4Params& params) {
+std::unique_ptr<DecodeBackend> make_cuda_kv4_backend(const transform::Kv4Params& params, Kv4Route route) {
+  check_kv4_route(params.format, route);
   throw Error("--kv " + params.format +
               " --device cuda: this build has no CUDA (configure with MLA_ENABLE_CUDA=ON on a machine with nvcc)");
 }

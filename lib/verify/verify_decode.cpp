@@ -24,6 +24,7 @@
 #include "model/attention_reference.hpp"
 #include "model/dense_forward.hpp"
 #include "model/rmsnorm.hpp"
+#include "verify/backend_common.hpp"
 #include "verify/decode_backend.hpp"
 #include "transform/kv4_params.hpp"
 #include "verify/fp8_backend.hpp"
@@ -358,7 +359,7 @@ void run_end_to_end(const VerifyOptions& o, const io::Checkpoint& orig, int tp,
     }
     // A fresh backend per chunk releases the chunk's caches.
     std::unique_ptr<DecodeBackend> backend;
-    if (kernel_path) backend = make_kv_backend(o.device, o.kv, kv4);
+    if (kernel_path) backend = make_kv_backend(o.device, o.kv, kv4, o.kv4_route);
     for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
       const auto& lw = m.layers[static_cast<std::size_t>(i)];
       const LayerContext& L = layers[static_cast<std::size_t>(i)];
@@ -455,6 +456,8 @@ VerifyReport verify_decode(const VerifyOptions& o) {
       throw InputError("--no-kernel runs the float64 path only: it cannot be combined with " + clash);
   }
   if (o.kv != "bf16" && o.devices > 0) throw InputError("--kv " + o.kv + " with --devices: only the bf16 cache runs on several devices");
+  if (o.kv4_route != "bf16" || transform::is_kv4_format(o.kv))
+    check_kv4_route(o.kv, parse_kv4_route(o.kv4_route));  // before any file is read
 
   const io::Checkpoint orig = io::Checkpoint::open(o.original);
   const MlaConfig& cfg = orig.config();
@@ -483,7 +486,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     throw InputError("--calib is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
   }
   std::unique_ptr<DecodeBackend> backend;
-  if (o.kernel) backend = make_kv_backend(o.device, o.kv, kv4 ? &*kv4 : nullptr);
+  if (o.kernel) backend = make_kv_backend(o.device, o.kv, kv4 ? &*kv4 : nullptr, o.kv4_route);
   const int tp = detect_tp(o.converted);
   std::vector<int64_t> layers = o.layers;
   if (layers.empty())
@@ -555,9 +558,9 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     lr.f64_path_vs_original = model::compare(f64_flat, ref_flat);
     lr.kernel_vs_f64_path = model::compare(kern_flat, f64_flat);
     worst_row(conv.kernel, ref, lr);
-    lr.pass = lr.converted_vs_original.nonfinite_match && lr.converted_vs_original.rel_l2 <= kv_kernel_tolerance(o.kv, o.max_rel_l2) &&
-              lr.converted_vs_original.cos_diff <= kv_cos_tolerance(o.kv, o.max_cos_diff) &&
-              lr.kernel_vs_f64_path.rel_l2 <= kv_kernel_tolerance(o.kv, o.kernel_rel_l2) &&
+    lr.pass = lr.converted_vs_original.nonfinite_match && lr.converted_vs_original.rel_l2 <= kv_kernel_tolerance(o.kv, o.max_rel_l2, o.kv4_route) &&
+              lr.converted_vs_original.cos_diff <= kv_cos_tolerance(o.kv, o.max_cos_diff, o.kv4_route) &&
+              lr.kernel_vs_f64_path.rel_l2 <= kv_kernel_tolerance(o.kv, o.kernel_rel_l2, o.kv4_route) &&
               (!lr.devices_ran || (lr.devices_vs_sequential.nonfinite_match &&
                                    lr.devices_vs_sequential.rel_l2 <= devices_tolerance));
     rep.pass = rep.pass && lr.pass;
@@ -586,7 +589,8 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
     j["kv4"] = {{"calib", o.calib.string()},
                 {"fp4_rule", o.fp4_rule},
                 {"fp4_c", o.fp4_c ? nlohmann::json(*o.fp4_c) : nlohmann::json("fitted")},
-                {"protect", o.kv4_protect}};
+                {"protect", o.kv4_protect},
+                {"route", o.kv4_route}};
   if (!devices.empty())
     j["devices"] = {{"runner", devices}, {"rel_l2_tolerance", o.dcp ? o.kernel_rel_l2 : kDevicesRelTolerance}};
   j["tp"] = tp;
@@ -596,9 +600,9 @@ nlohmann::json VerifyReport::to_json(const VerifyOptions& o) const {
   j["prefill"] = o.prefill;
   j["decode"] = o.decode;
   j["sequences"] = o.sequences;
-  j["thresholds"] = {{"max_rel_l2", kv_kernel_tolerance(o.kv, o.max_rel_l2)},
-                     {"max_cos_diff", kv_cos_tolerance(o.kv, o.max_cos_diff)},
-                     {"kernel_rel_l2", kv_kernel_tolerance(o.kv, o.kernel_rel_l2)}};
+  j["thresholds"] = {{"max_rel_l2", kv_kernel_tolerance(o.kv, o.max_rel_l2, o.kv4_route)},
+                     {"max_cos_diff", kv_cos_tolerance(o.kv, o.max_cos_diff, o.kv4_route)},
+                     {"kernel_rel_l2", kv_kernel_tolerance(o.kv, o.kernel_rel_l2, o.kv4_route)}};
   j["layers"] = nlohmann::json::array();
   for (const auto& l : layers)
     j["layers"].push_back({{"layer", l.layer},
@@ -654,8 +658,8 @@ std::string VerifyReport::table(const VerifyOptions& o) const {
   }
   std::snprintf(buf, sizeof buf,
                 "thresholds: rel_l2 <= %.1e, 1-cos <= %.1e (converted vs original); kernel vs f64 path rel_l2 <= %.1e\n",
-                kv_kernel_tolerance(o.kv, o.max_rel_l2), kv_cos_tolerance(o.kv, o.max_cos_diff),
-                kv_kernel_tolerance(o.kv, o.kernel_rel_l2));
+                kv_kernel_tolerance(o.kv, o.max_rel_l2, o.kv4_route), kv_cos_tolerance(o.kv, o.max_cos_diff, o.kv4_route),
+                kv_kernel_tolerance(o.kv, o.kernel_rel_l2, o.kv4_route));
   s << buf;
   if (perplexity.ran) {
     const PairedComparison& c = perplexity.paired;

@@ -47,6 +47,9 @@ struct VerifyOptions {
   std::string fp4_rule = "round";
   std::optional<float> fp4_c;
   bool kv4_protect = true;
+  // --kv fp4 | codebook: the decode route (verify/kv4_backend.hpp): bf16 (BF16 dequantisation,
+  // the BF16 decode) or fp8 (fp4 only: pages converted to FP8, the FP8 decode).
+  std::string kv4_route = "bf16";
   int devices = 0;                 // > 0: also run every rank on its own device (multi_device_runner.hpp)
   std::string comm = "auto";       // with devices: nccl (cuda) | threads (in-process sums; cuda ranks may share GPUs)
   bool dcp = false;                // with devices: decode context parallelism (a tp = 1 conversion) instead of TPLA ranks

@@ -6,115 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <numeric>
-#include <random>
 #include <vector>
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "model/metrics.hpp"
-#include "transform/kv4_params.hpp"
+#include "kv4_problem.hpp"
 #include "verify/kv4_backend.hpp"
 
-using namespace mla;
-using namespace mla::verify;
-
-namespace {
-
-constexpr int kB = 2, kH = 8, kDc = 128, kDr = 32, kDim = kDc + kDr, kP = 64;
-
-transform::Kv4Params params(const std::string& format, int layers, double table_scale = 1.0) {
-  const double h[8] = {0.1284, 0.3881, 0.6568, 0.9423, 1.2562, 1.6181, 2.0690, 2.7326};
-  std::vector<double> lv(16);
-  for (int k = 0; k < 8; ++k) lv[7 - k] = -h[k] * table_scale, lv[8 + k] = h[k] * table_scale;
-  transform::Kv4Params p;
-  p.format = format;
-  p.calib = "(test)";
-  for (int i = 0; i < layers; ++i) {
-    transform::Kv4LayerParams L;
-    L.c_fitted = 0.197f;
-    L.fp4 = quant::Fp4CacheEncoding{quant::Fp4ScaleRule::Round, static_cast<float>(0.197 * table_scale)};
-    L.codebook_levels = lv;
-    L.codebook_mean_square = 1.0;
-    L.codebook = quant::codebook_unit_levels(lv, 1.0);
-    p.layers.push_back(L);
-  }
-  return p;
-}
-
-struct Problem {
-  std::vector<int> lens = {kP + 1, 2 * kP - 7};  // both cross a page edge
-  int max_len = 0, max_pages = 0, num_pages = 0;
-  std::vector<uint16_t> kv, q;  // kv [B, max_len, dim], q [B, H, dim]
-  std::vector<int32_t> table, seqlens;
-  float scale = 1.f / std::sqrt(static_cast<float>(kDim));
-
-  explicit Problem(uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::uniform_real_distribution<float> ud(-1.f, 1.f);
-    max_len = *std::max_element(lens.begin(), lens.end());
-    max_pages = (max_len + kP - 1) / kP + 1;  // one sentinel past the need
-    num_pages = kB * (max_pages - 1) + 2;
-    std::vector<int32_t> perm(num_pages);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    table.assign(kB * max_pages, -1);
-    for (int b = 0; b < kB; ++b)
-      for (int k = 0; k < max_pages - 1; ++k) table[b * max_pages + k] = perm[b * (max_pages - 1) + k];
-    seqlens.assign(lens.begin(), lens.end());
-    kv.assign(size_t(kB) * max_len * kDim, 0);
-    for (int b = 0; b < kB; ++b)
-      for (int t = 0; t < max_len; ++t) {
-        const float mag = std::pow(10.f, 0.3f * ud(rng));  // per-token norms vary, as RMSNorm(c) * gamma does
-        for (int i = 0; i < kDim; ++i) kv[(size_t(b) * max_len + t) * kDim + i] = float_to_bf16(nd(rng) * (i < kDc ? mag : 1.f));
-      }
-    q.assign(size_t(kB) * kH * kDim, 0);
-    for (auto& v : q) v = float_to_bf16(nd(rng));
-  }
-  // Appends every token (in two calls per request: a prompt, then the rest one at a time) and decodes.
-  void run(DecodeBackend& be, std::vector<uint16_t>& out, std::vector<float>& lse) const {
-    CacheShape s{kB, num_pages, kP, max_pages, kDim};
-    const int c = be.create_cache(s, table);
-    for (int t = 0; t < max_len; ++t) {
-      std::vector<uint16_t> rows(size_t(kB) * kDim);
-      for (int b = 0; b < kB; ++b)
-        std::copy_n(kv.begin() + (size_t(b) * max_len + t) * kDim, kDim, rows.begin() + size_t(b) * kDim);
-      be.append(c, rows, 1, std::vector<int32_t>(kB, t));
-    }
-    be.decode(c, q, kH, kDc, kDr, seqlens, scale, out, lse);
-  }
-  // float64 attention on the bf16 values.
-  std::vector<double> reference() const {
-    std::vector<double> o(size_t(kB) * kH * kDc, 0.0);
-    for (int b = 0; b < kB; ++b)
-      for (int h = 0; h < kH; ++h) {
-        const uint16_t* qr = q.data() + (size_t(b) * kH + h) * kDim;
-        std::vector<double> s(lens[b]);
-        double m = -INFINITY;
-        for (int j = 0; j < lens[b]; ++j) {
-          const uint16_t* kr = kv.data() + (size_t(b) * max_len + j) * kDim;
-          double a = 0;
-          for (int i = 0; i < kDim; ++i) a += double(bf16_to_float(qr[i])) * bf16_to_float(kr[i]);
-          m = std::max(m, s[j] = a * scale);
-        }
-        double den = 0;
-        for (double& v : s) den += (v = std::exp(v - m));
-        for (int j = 0; j < lens[b]; ++j)
-          for (int i = 0; i < kDc; ++i)
-            o[(size_t(b) * kH + h) * kDc + i] += s[j] / den * bf16_to_float(kv[(size_t(b) * max_len + j) * kDim + i]);
-      }
-    return o;
-  }
-};
-
-model::ErrorMetrics vs_reference(const std::vector<uint16_t>& out, const std::vector<double>& ref) {
-  std::vector<double> y(out.size());
-  for (size_t i = 0; i < out.size(); ++i) y[i] = bf16_to_float(out[i]);
-  return model::compare(y, ref);
-}
-
-}  // namespace
+using namespace kv4_test;
 
 TEST(Kv4Backend, BothFormatsWithinTheGridBoundsAndAWrongTableBreaksThem) {
   const Problem pr(21);

@@ -3,7 +3,9 @@
 # thresholds; calib.h5's protected layers are really BF16 (their errors equal the --kv bf16 run's
 # to the last digit) while the others differ; the study options (--fp4-c 0.156, --fp4-rule) run;
 # refusals exit 1 with a message: no --calib, --calib with --kv bf16, a tp = 8
-# slice of d_c / g = 16 (not a 4-bit width). A --kv fp4 conversion needs no --calib: verify-decode
+# slice of d_c / g = 16 (not a 4-bit width). --kv4-route fp8 (the FP8-tensor-core route's twin)
+# passes its thresholds, keeps the protected layers' BF16 errors and changes the others; it is
+# refused for the codebook, for --kv bf16 and for a slice it has no kernel for (d_c / g = 64). A --kv fp4 conversion needs no --calib: verify-decode
 # reads the recorded parameters and gets the same errors; --kv codebook on it is refused.
 include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v2)
@@ -49,6 +51,36 @@ endforeach()
 if(protected EQUAL 0)
   message(FATAL_ERROR "calib.h5 protects no layer: the protected-layer check checked nothing")
 endif()
+# The fp8 route: protected layers are the same BF16 cache (the bf16 route's errors to the last
+# digit); the others go through fp4_cache_to_fp8 and the FP8 decode twin (different errors).
+run(0 ${V} ${T1} --kv fp4 --calib ${WORK}/calib.h5 --kv4-route fp8 --json ${WORK}/fp4-fp8route.json)
+file(READ ${WORK}/fp4-fp8route.json jr)
+string(JSON backend GET "${jr}" backend)
+string(JSON route GET "${jr}" kv4 route)
+if(NOT backend MATCHES "fp8 route" OR NOT route STREQUAL "fp8")
+  message(FATAL_ERROR "--kv4-route fp8: backend '${backend}', recorded route '${route}'")
+endif()
+foreach(i RANGE ${last})
+  string(JSON ef GET "${jf}" layers ${i} converted_vs_original rel_l2)
+  string(JSON er GET "${jr}" layers ${i} converted_vs_original rel_l2)
+  string(JSON prot GET "${jc}" layers ${i} protect_bf16)
+  if(prot AND NOT ef STREQUAL er)
+    message(FATAL_ERROR "layer ${i} is protected but its fp8-route error ${er} differs from the bf16 route's ${ef}")
+  elseif(NOT prot AND ef STREQUAL er)
+    message(FATAL_ERROR "layer ${i}: the fp8 route's error equals the bf16 route's (${ef}): did it run?")
+  endif()
+  message(STATUS "layer ${i}: fp4 bf16 route ${ef}, fp8 route ${er}")
+endforeach()
+# expect_refusal(needle cmd...): exit 1 with a message containing needle.
+function(expect_refusal needle)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(FIND "${out}${err}" "${needle}" pos)
+  if(NOT rc EQUAL 1 OR pos EQUAL -1)
+    message(FATAL_ERROR "expected exit 1 naming '${needle}', got ${rc}: ${ARGN}\n${out}${err}")
+  endif()
+endfunction()
+expect_refusal("codebook cache has no FP8 route" ${V} ${T1} --kv codebook --calib ${WORK}/calib.h5 --kv4-route fp8)
+expect_refusal("--kv4-route fp8 is read with --kv fp4 only" ${V} ${T1} --kv bf16 --kv4-route fp8)
 # Refusals.
 run(1 ${V} ${T1} --kv fp4)
 run(1 ${TOOLS}/verify-decode/verify-decode -q --original ${M} --activations ${WORK}/cap.h5 --prefill 40 --decode 2
@@ -82,6 +114,8 @@ run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --calib ${WORK}/calib.h5 --max-re
 run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --max-rel-l2 1 --max-cos-diff 1 --json ${WORK}/tp2-recorded.json)
 expect_layers(${WORK}/tp2-recorded.json STREQUAL ${WORK}/tp2-calib.json converted_vs_original rel_l2)
 run(1 ${V} --converted ${WORK}/tp2fp4 --kv codebook)
+# The fp8 route has no kernel for the tp = 2 slice (d_c / g = 64): refused naming the shape.
+expect_refusal("d_c = 64, d_r = 32" ${V} --converted ${WORK}/tp2fp4 --kv fp4 --kv4-route fp8)
 run(1 ${TOOLS}/mla-convert/mla-convert -q --tp 2 --kv codebook -o ${WORK}/nocalib ${M})
 # A slice no 4-bit layout stores (tp 8: d_c / g = 16) is refused while planning, naming the width.
 execute_process(COMMAND ${TOOLS}/mla-convert/mla-convert -q --tp 8 --calib ${WORK}/calib.h5 --kv fp4 -o ${WORK}/tp8fp4 ${M}

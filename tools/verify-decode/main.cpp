@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "verify/shared_prefix_verify.hpp"
 #include "verify/fp8_backend.hpp"
+#include "verify/kv4_backend.hpp"
 #include "verify/verify_decode.hpp"
 
 int main(int argc, char** argv) {
@@ -57,11 +58,22 @@ int main(int argc, char** argv) {
                  "cpu; thresholds at least 0.08 rel_l2 / 3.2e-3 1-cos); fp8-rope-aware, fp8-A .. fp8-D (SnapMLA study "
                  "configurations: the cache quantised-dequantised, BF16 decode twin, cpu only); fp4 (E2M1 + UE8M0 per 32, 400 "
                  "B/token) and codebook (16-level Lloyd-Max per layer + per-token scale, 388 B/token): the 4-bit append "
-                 "and decode kernels on cuda; on cpu the append twin, BF16 dequantisation and the BF16 decode twin "
-                 "(docs/formats/kv-fp4.md); protected layers keep a BF16 cache; parameters from --calib or from a "
-                 "--kv fp4|codebook conversion's config.json; thresholds at least "
-                 "0.25 rel_l2 / 0.032 1-cos")
+                 "kernel on cuda, the append twin on cpu, then the --kv4-route decode (docs/formats/kv-fp4.md); "
+                 "protected layers keep a BF16 cache; parameters from --calib or from a --kv fp4|codebook "
+                 "conversion's config.json; thresholds at least 0.25 rel_l2 / 0.032 1-cos (0.27 / 0.037 on the fp8 "
+                 "route)")
       ->check(CLI::IsMember(mla::verify::kv_format_names()))
+      ->capture_default_str();
+  app.add_option("--kv4-route", o.kv4_route,
+                 "With --kv fp4|codebook, how the 4-bit pages are decoded: bf16 (the default) dequantises them to BF16 "
+                 "and runs the BF16 decode (cuda: the 4-bit decode kernel, 0.7x FlashMLA's BF16 decode at 16 heads, "
+                 "0.14x at 128 on an H200; cpu: BF16 dequantisation + BF16 decode twin); fp8 (fp4 only) converts them "
+                 "to the FP8 cache format per tile and decodes on FP8 tensor cores with the query quantised to E4M3 "
+                 "(cuda: fp8_decode_fp4_cache_bf16q, 1.2x FlashMLA BF16 at 16 heads, 0.75x at 128; cpu: "
+                 "fp4_cache_to_fp8 + the FP8 decode twin, the kernel's twin to its own tolerance). fp8 adds the FP8 "
+                 "decode's query and P rounding to the 4-bit grid's error (~1% more rel_l2 on the tiny models) and "
+                 "takes d_c 128/256/512, d_r 32/64, <= 64 heads at d_c <= 256 (other shapes refused)")
+      ->check(CLI::IsMember(mla::verify::kv4_route_names()))
       ->capture_default_str();
   app.add_option("--calib", o.calib, "With --kv fp4|codebook: mla-calibrate's calib.h5 (per-layer c, codebooks, "
                  "protected layers); without it, the parameters a --kv fp4|codebook conversion recorded")->check(CLI::ExistingFile);
