@@ -6,7 +6,10 @@
 # Usage (GPU machine, repo root): OUT=/some/dir bash tools/mla-bench/run_kv4_device.sh
 # KV4_PEER_ARGS passes more arguments to peer_kv4.py (e.g. "--suite quick"); KV4_VERIFY=1 also
 # runs verify-decode --kv fp4 | codebook --device cuda on the tiny model (capture, calibration,
-# a tp = 1 Hadamard conversion first), per layer and end to end.
+# a tp = 1 Hadamard conversion first), per layer (cuda and cpu) and end to end (--perplexity
+# --perplexity-path kernel). KV4_ROUTE: the --kv4-route(s) --kv fp4 runs on (default "bf16 fp8",
+# both in one call; "bf16" is the old behaviour); codebook runs the bf16 route only. Outputs
+# vd_tp1_<kv>_<device>[_ppl] for the bf16 route as before, vd_tp1_fp4_fp8route_<device>[_ppl] for fp8.
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
 mkdir -p "$OUT"
@@ -32,13 +35,16 @@ if [ "${KV4_VERIFY:-0}" = 1 ]; then
       -o $W/calib.h5 --json $W/calib.json &&
     $T/mla-convert/mla-convert -q --tp 1 --reparam hadamard --seed 0 -o $W/tp1 $M || echo "tiny-model preparation failed"
   V="$T/verify-decode/verify-decode -q --original $M --activations $W/cap.h5 --prefill 40 --decode 16 --sequences 4 --converted $W/tp1"
-  for kv in fp4 codebook; do
+  for run in $(for r in ${KV4_ROUTE:-bf16 fp8}; do echo fp4:$r; done) codebook:bf16; do
+    kv=${run%%:*} route=${run#*:}
+    tag=$kv; [ "$route" = bf16 ] || tag=${kv}_${route}route
     for dev in cuda cpu; do
-      timeout 120 $V --device $dev --kv $kv --calib $W/calib.h5 --json "$OUT/vd_tp1_${kv}_${dev}.json" > "$OUT/vd_tp1_${kv}_${dev}.log" 2>&1
-      echo "verify-decode --kv $kv --device $dev rc=$? ($(date +%T))"; tail -3 "$OUT/vd_tp1_${kv}_${dev}.log"
+      timeout 120 $V --device $dev --kv $kv --kv4-route $route --calib $W/calib.h5 --json "$OUT/vd_tp1_${tag}_${dev}.json" \
+        > "$OUT/vd_tp1_${tag}_${dev}.log" 2>&1
+      echo "verify-decode --kv $kv --kv4-route $route --device $dev rc=$? ($(date +%T))"; tail -3 "$OUT/vd_tp1_${tag}_${dev}.log"
     done
-    timeout 120 $V --device cuda --kv $kv --calib $W/calib.h5 --perplexity --perplexity-path kernel 2>&1 | tail -3 |
-      tee "$OUT/vd_tp1_${kv}_cuda_ppl.log"
+    timeout 120 $V --device cuda --kv $kv --kv4-route $route --calib $W/calib.h5 --perplexity --perplexity-path kernel 2>&1 |
+      tail -3 | tee "$OUT/vd_tp1_${tag}_cuda_ppl.log"
   done
 fi
 export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
