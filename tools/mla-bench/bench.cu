@@ -64,9 +64,10 @@ void report_ceilings(nlohmann::json& j, L2FlushTimer& timer, int sms) {
   j["copy_gbs"] = c.copy_gbs;
   j["read_gbs"] = c.read_gbs;
   j["gemm_tflops"] = c.gemm_tflops;
+  j["fp8_gemm_tflops"] = c.fp8_gemm_tflops;
   std::printf("ceilings: copy %.0f GB/s (read+write, 1 GiB memcpy), read %.0f GB/s (streaming kernel), "
-              "cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s\n",
-              c.copy_gbs, c.read_gbs, c.gemm_tflops);
+              "cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s, cuBLASLt fp8 GEMM 8192^3 %.1f TFLOP/s\n",
+              c.copy_gbs, c.read_gbs, c.gemm_tflops, c.fp8_gemm_tflops);
 }
 
 std::string run_bench(const Options& o) {

@@ -1,6 +1,7 @@
 // mla-bench's shared device helpers (bench_device.hpp).
 #include "bench_device.hpp"
 
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 
 #include <string>
@@ -19,6 +20,65 @@ __global__ void fill_kernel(__nv_bfloat16* x, size_t n, uint32_t seed, float amp
     h ^= h >> 13;
     x[i] = __float2bfloat16(amp * ((static_cast<float>(h & 0xFFFFFF) / 8388608.f) - 1.f));
   }
+}
+
+// n e4m3 bytes at x from the same hash, bits 6 and 3 cleared: magnitudes up to 2^-1 * 1.875,
+// never the NaN encodings (0x7F, 0xFF), so the FP8 GEMM ceiling runs on ordinary values.
+__global__ void fill_e4m3_kernel(uint8_t* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = static_cast<uint8_t>(h & 0xB7u);
+  }
+}
+
+void check_lt(cublasStatus_t s, std::string_view what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error("cuBLASLt: " + std::string(what) + ": status " + std::to_string(static_cast<int>(s)));
+}
+
+// The median time of D (bf16) = A^T B over n x n e4m3 matrices through cuBLASLt (FP8 GEMMs take
+// the transposed-A form), fp32 accumulation, its own algorithm choice and a 32 MB workspace.
+double fp8_gemm_us(L2FlushTimer& timer, int n, int runs) {
+  DeviceBytes a(size_t(n) * n), b(size_t(n) * n), d(size_t(n) * n * 2), ws(size_t(32) << 20);
+  fill_e4m3_kernel<<<2048, 256>>>(a.as<uint8_t>(), a.bytes(), 3);
+  fill_e4m3_kernel<<<2048, 256>>>(b.as<uint8_t>(), b.bytes(), 4);
+  cuda::check(cudaGetLastError(), "e4m3 fill launch");
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  check_lt(cublasLtCreate(&lt), "create");
+  // Released however the measurement ends.
+  struct Release {
+    cublasLtHandle_t& lt;
+    cublasLtMatmulDesc_t& op;
+    cublasLtMatrixLayout_t &la, &lb, &ld;
+    ~Release() {
+      if (ld) cublasLtMatrixLayoutDestroy(ld);
+      if (lb) cublasLtMatrixLayoutDestroy(lb);
+      if (la) cublasLtMatrixLayoutDestroy(la);
+      if (op) cublasLtMatmulDescDestroy(op);
+      if (lt) cublasLtDestroy(lt);
+    }
+  } release{lt, op, la, lb, ld};
+  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n), "layout A");
+  check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n), "layout B");
+  check_lt(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n), "layout D");
+  const float one = 1.f, zero = 0.f;
+  return timer.median_us(
+      [&] {
+        check_lt(cublasLtMatmul(lt, op, &one, a.ptr, la, b.ptr, lb, &zero, d.ptr, ld, d.ptr, ld, nullptr, ws.ptr,
+                                ws.bytes(), nullptr),
+                 "matmul (FP8 GEMM ceiling)");
+      },
+      runs, 3);
 }
 
 // Streams a buffer once with 16-byte loads (read-bandwidth ceiling of a read-only kernel).
@@ -84,6 +144,7 @@ Ceilings measure_ceilings(L2FlushTimer& timer, int sms, int runs) {
   const double us = timer.median_us(gemm, runs, 3);
   cublasDestroy(h);
   c.gemm_tflops = 2.0 * n * n * double(n) / (us * 1e-6) / 1e12;
+  c.fp8_gemm_tflops = 2.0 * n * n * double(n) / (fp8_gemm_us(timer, n, runs) * 1e-6) / 1e12;
   return c;
 }
 

@@ -60,15 +60,17 @@ class L2FlushTimer {
 
 // The current device's ceilings, each the median of `runs` timed calls after 3 warm-up calls:
 // copy (1 GiB device-to-device memcpy, bytes read + written), read (a streaming kernel with
-// 16-byte loads over the same GiB, sms * 8 blocks), cuBLAS BF16 GEMM 8192^3 (fp32 accumulation).
+// 16-byte loads over the same GiB, sms * 8 blocks), cuBLAS BF16 GEMM 8192^3 (fp32 accumulation),
+// cuBLASLt FP8 (e4m3 x e4m3 -> bf16, fp32 accumulation) GEMM 8192^3.
 struct Ceilings {
-  double copy_gbs = 0, read_gbs = 0, gemm_tflops = 0;
+  double copy_gbs = 0, read_gbs = 0, gemm_tflops = 0, fp8_gemm_tflops = 0;
 };
 Ceilings measure_ceilings(L2FlushTimer& timer, int sms, int runs);
 
 // The current device's name, SMs and L2 size, printed and recorded in j (bench.cu).
 cudaDeviceProp describe_device(nlohmann::json& j);
-// measure_ceilings (20 runs), printed and recorded in j as copy_gbs, read_gbs, gemm_tflops.
+// measure_ceilings (20 runs), printed and recorded in j as copy_gbs, read_gbs, gemm_tflops,
+// fp8_gemm_tflops.
 void report_ceilings(nlohmann::json& j, L2FlushTimer& timer, int sms);
 
 }  // namespace mla::bench

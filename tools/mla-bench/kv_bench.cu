@@ -5,8 +5,8 @@
 // cache and the format's pages), so both decodes read the same tokens. Each route the shape has
 // is timed: FP8 pages (kernels/fp8_decode.hpp), FP4 through BF16 tensor cores
 // (kernels/kv4_decode.hpp) and through FP8 tensor cores (fp8_decode_fp4_cache_bf16q), the
-// codebook through BF16 tensor cores. The floor of a route is its bytes at the measured copy
-// rate; the BF16 GEMM rate bounds the BF16 routes only (FP8 tensor cores run about twice it).
+// codebook through BF16 tensor cores. The floor of a route is the larger of its bytes at the
+// measured copy rate and its FLOPs at the measured GEMM rate of its tensor cores (BF16 or FP8).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -236,9 +236,11 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
     std::printf("  %-26s %9.1f us  %3zu B/token  %5.0f GB/s  %6.1f TFLOP/s  %.2fx the bf16 decode", r.name.c_str(), us,
                 r.bytes_per_token, rj["gbs"].get<double>(), rj["tflops"].get<double>(), rj["vs_bf16"].get<double>());
     if (o.ceilings) {
-      // The floor: the route's bytes at the copy rate, or (BF16 tensor cores) its FLOPs at the GEMM rate.
+      // The floor: the route's bytes at the copy rate or its FLOPs at its tensor cores' GEMM rate
+      // (the FP8 routes' RoPE part runs on BF16 tensor cores: 64 of 576 dims of S, counted at the FP8 rate).
       const double mem_us = bytes / (j["copy_gbs"].get<double>() * 1e9) * 1e6;
-      const double math_us = r.bf16_math ? flops / (j["gemm_tflops"].get<double>() * 1e12) * 1e6 : 0.0;
+      const double rate = j[r.bf16_math ? "gemm_tflops" : "fp8_gemm_tflops"].get<double>();
+      const double math_us = flops / (rate * 1e12) * 1e6;
       rj["floor_us"] = std::max(mem_us, math_us);
       rj["floor_bound"] = mem_us >= math_us ? "memory" : "math";
       rj["frac_floor"] = rj["floor_us"].get<double>() / us;
