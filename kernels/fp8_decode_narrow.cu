@@ -23,7 +23,7 @@
 // the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so 3 tiles stay in flight.
 // Numerics: the same rounding points as the 64-row kernel and the twin (quant/fp8_decode_twin):
 // logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
-// sigma = amax / 448, O and l in units of the current sigma.
+// sigma = amax / 448 (bounded below: quant::fp8_block_scale), O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
 #include "kernels/decode_launch.hpp"
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
         }
 #pragma unroll
         for (int o = 1; o < LPR; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float sg = amax > 0.f ? amax / quant::kFp8CacheMax : sig;
+        const float sg = quant::fp8_block_scale(amax, sig);
         const float inv = 1.f / sg;
         const float gamma = alpha * (sig * inv);
         l_run = l_run * gamma + psum * inv;

@@ -23,7 +23,7 @@
 // 168 ptxas serialises their wgmmas), 24 for the producer: the 64K of the SM exactly.
 // Numerics: the rounding points of the twin (quant/fp8_decode_twin) and of the narrow kernel:
 // logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
-// sigma = amax / 448, O and l in units of the current sigma.
+// sigma = amax / 448 (bounded below: quant::fp8_block_scale), O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
 #include <climits>

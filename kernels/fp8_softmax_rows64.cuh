@@ -57,7 +57,7 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
   for (int h = 0; h < 2; ++h) {
     amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
     amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-    const float sg = amax[h] > 0.f ? amax[h] / quant::kFp8CacheMax : sig[h];
+    const float sg = quant::fp8_block_scale(amax[h], sig[h]);
     inv[h] = 1.f / sg;
     gamma[h] = alpha[h] * (sig[h] * inv[h]);
     l_run[h] = l_run[h] * gamma[h] + psum[h] * inv[h];

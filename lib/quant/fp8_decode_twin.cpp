@@ -116,7 +116,7 @@ SplitResult run_split(const Fp8DecodeParams& p, int b, int tile_begin, int tile_
         pp[jj] = live ? pv * tile.sk[jj] : 0.f;
         amax = std::max(amax, pp[jj]);
       }
-      const float sig = amax > 0.f ? amax / kFp8CacheMax : sigma[row];
+      const float sig = fp8_block_scale(amax, sigma[row]);
       const float inv = 1.f / sig;
       for (int jj = 0; jj < T; ++jj) p8[jj] = lut[float_to_e4m3(pp[jj] * inv)];
       const float gamma = alpha * (sigma[row] * inv);

@@ -12,7 +12,8 @@
 //   per 64-token tile (one P block): m_new = max(m, max_j x_j), alpha = 2^(m - m_new),
 //   p_j    = 2^(x_j - m_new);  sum_p = sum_j p_j              (masked tokens: p = 0)
 //   P'_j   = p_j * s_kj                                        (s_k folded into P; masked: 0)
-//   sigma' = max_j P'_j / 448 (unchanged when that max is 0); inv = 1 / sigma'
+//   sigma' = max(max_j P'_j / 448, 2^-80) (unchanged when max_j P'_j is 0; fp8_block_scale);
+//            inv = 1 / sigma'
 //   P8_j   = E4M3(P'_j * inv)                                  (P re-quantised per block)
 //   gamma  = alpha * (sigma * inv)                             (block scale folded into the
 //   l      = l gamma + sum_p inv;  o_c = o_c gamma + sum_j P8_j x8_jc     online softmax)
@@ -20,6 +21,7 @@
 //   lse = (m + log2(sigma l)) ln 2. sigma starts at 1, m at -inf, o and l at 0.
 // Split-KV: the BF16 decode's schedule with 64-token tiles; a request cut into several splits
 // is merged by LSE in fp32 exactly as the BF16 combine does (one bf16 rounding at the end).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +34,24 @@ namespace mla::quant {
 constexpr int kFp8DecodeTile = 64;
 // Query rows per row block (one CTA on the GPU).
 constexpr int kFp8DecodeRowsPerBlock = 64;
+
+// The lower bound of a tile's P block scale sigma. o and l are kept in units of the current
+// sigma; without a bound, a tile far colder than the row's maximum (largest P' ~ 2^-118 of it)
+// makes sigma subnormal, 1 / sigma infinite and the row NaN (a hot token, then cold tiles in the
+// same split: tests/quant/test_fp8_decode_twin.cpp VeryColdTilesAfterAHotOneStayFinite). With
+// the bound, l = l_true / sigma <= 2^24 tokens * 2^80 and o alike stay far below 2^128 (l_true,
+// the sum of p = 2^(x - m), is >= 1 once the maximum's tile is in). It binds only on a tile whose
+// largest P' = p s_k is below 448 * 2^-80 = 2^-71.2, i.e. whose tokens are at least ~2^-60 below
+// the row's maximum for any key scale s_k >= 2^-11 (latent amax >= 0.22): their P8 round to zero
+// either way, and what they add to l is below fp32's resolution of l >= 2^80. So it changes no
+// result that was finite before.
+constexpr float kFp8SigmaFloor = 0x1p-80f;
+
+// sigma' of a tile whose largest P' is amax (0 or NaN: no live token, the previous scale prev):
+// the one formula of the twin and every FP8 kernel's softmax.
+MLA_FP8_HD inline float fp8_block_scale(float amax, float prev) {
+  return amax > 0.f ? fmaxf(amax / kFp8CacheMax, kFp8SigmaFloor) : prev;
+}
 
 struct Fp8DecodeParams {
   const uint8_t* q8 = nullptr;          // [batch, s_q, heads, d_c] e4m3

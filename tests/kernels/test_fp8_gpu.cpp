@@ -370,6 +370,27 @@ TEST(Fp8Gpu, PoisonedAndZeroTokens) {
   EXPECT_LE(m.rel_l2, kGpuVsTwinRelL2) << m.summary();
 }
 
+// A hot token, then tiles 2^-100 and 2^-117.5 below it in the same split (one part): each
+// kernel's softmax (narrow <= 32 rows, 64-row, the TPLA-slice pair kernel) bounds the block
+// scale as the twin does (quant::fp8_block_scale), so the rows stay finite and match the twin
+// and float64 (they were NaN without the bound).
+TEST(Fp8Gpu, VeryColdTilesAfterAHotOneStayFinite) {
+  REQUIRE_GPU();
+  struct Shape {
+    int heads, d_c;
+    const char* kernel;
+  };
+  for (const Shape s : {Shape{16, 512, "narrow"}, Shape{64, 512, "64-row"}, Shape{128, 256, "pair"}}) {
+    Fp8Case c = make(2, 1, s.heads, s.d_c, 64, 64, {200, 131}, 41);
+    c.make_cold_tiles();
+    const std::string name = std::string("very cold tiles, ") + s.kernel;
+    check_case(c, name, true, false, 1);
+    const GpuResult g = run_gpu(c, 1);
+    for (auto v : g.out) ASSERT_TRUE(std::isfinite(bf16_to_float(v))) << name;
+    for (float v : g.lse) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
+}
+
 TEST(Fp8Gpu, SentinelAndBadPageIds) {
   REQUIRE_GPU();
   // -1 entries past each request's pages are never read (make() leaves one per request).

@@ -70,6 +70,30 @@ struct Fp8Case {
     append_all();
     quantize_query();
   }
+  // After build(): every request's logits made extreme (docs/formats/kv-fp8.md, "very cold
+  // tiles"): every query row is e_0 (latent channel 0 = 1, the rest and the RoPE part 0) and
+  // scale = 10 / log2(e), so a token's base-2 logit is 10 x its channel 0. Token 5 of tile 0 is
+  // hot (channel 0 = 4: logit 40), the rest of tile 0 at 0 (2^-40 of it), tile 1 at -6 (2^-100)
+  // and every later tile at -7.75 (2^-117.5): without a lower bound on the block scale, O and l
+  // (kept in units of the current tile's scale) overflow on the third tile. The other latent
+  // channels stay random below 1 in magnitude, the RoPE values 0. Needs lens of 129 or more.
+  void make_cold_tiles() {
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> ud(-0.9f, 0.9f);
+    for (int b = 0; b < batch; ++b)
+      for (int t = 0; t < lens[b]; ++t) {
+        uint16_t* row = kv.data() + (static_cast<size_t>(b) * max_len + t) * dim();
+        const float c0 = t < 64 ? (t == 5 ? 4.f : 0.f) : (t < 128 ? -6.f : -7.75f);
+        row[0] = float_to_bf16(c0);
+        for (int i = 1; i < d_c; ++i) row[i] = float_to_bf16(ud(rng));
+        for (int i = d_c; i < dim(); ++i) row[i] = 0;
+      }
+    std::fill(q.begin(), q.end(), uint16_t{0});
+    for (int r = 0; r < batch * rows(); ++r) q[static_cast<size_t>(r) * dim()] = float_to_bf16(1.f);
+    scale = 10.f / 1.4426950408889634f;
+    append_all();
+    quantize_query();
+  }
   void append_all() {
     for (int b = 0; b < batch; ++b) {
       if (lens[b] == 0) continue;

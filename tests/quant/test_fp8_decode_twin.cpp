@@ -197,6 +197,26 @@ TEST(Fp8DecodeTwin, ZeroAmaxTokensStayFinite) {
   expect_close(c, r, "zero-amax tokens");
 }
 
+// A hot token, then tiles 2^-100 and 2^-117.5 below it: the block scale's lower bound
+// (kFp8SigmaFloor) keeps O and l finite (they overflowed to NaN without it) and the output is the
+// hot token's value row, as in float64. One split part, so every tile of a request passes the
+// same online softmax (more parts would start the cold tiles' splits afresh).
+TEST(Fp8DecodeTwin, VeryColdTilesAfterAHotOneStayFinite) {
+  for (int d_c : {512, 256}) {
+    Fp8Case c;
+    c.batch = 2;
+    c.heads = 4;
+    c.d_c = d_c;
+    c.lens = {200, 131};
+    c.build(29);
+    c.make_cold_tiles();
+    const TwinRun r = run_twin(c, 1);  // one split: the cold tiles follow the hot one in one softmax
+    for (auto v : r.out) ASSERT_TRUE(std::isfinite(bf16_to_float(v))) << "d_c " << d_c;
+    for (float v : r.lse) ASSERT_TRUE(std::isfinite(v)) << "d_c " << d_c;
+    expect_close(c, r, ("very cold tiles d_c=" + std::to_string(d_c)).c_str());
+  }
+}
+
 TEST(Fp8DecodeTwin, SplitKvAgreesWithOneSplit) {
   Fp8Case c;
   c.batch = 2;
