@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("--runs", o.runs, "Timed runs (median reported)")->check(CLI::Range(3, 100000));
   app.add_flag("!--no-ceilings", o.ceilings, "Skip the bandwidth / GEMM ceiling measurements");
   std::string kv = "bf16";
-  app.add_option("--kv", kv,
+  CLI::Option* kv_opt = app.add_option("--kv", kv,
                  "Cache format: bf16 (default; the BF16 decode alone, with --variant and --torch-baseline), or fp8 / "
                  "fp4 / codebook: that format's decode beside the BF16 decode on the same tokens, lengths and page "
                  "table, every route the shape has (fp8: FP8 tensor cores; fp4: BF16 tensor cores and FP8 tensor "
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--python", o.python, "Python with PyTorch for --torch-baseline");
   mla::bench::TpOptions tpo;
   std::string tp_norm = "exact";
-  app.add_option("--tp", tpo.tp, "Several GPUs (NCCL): time one attention layer's decode step (q projection, decode, "
+  CLI::Option* tp_opt = app.add_option("--tp", tpo.tp, "Several GPUs (NCCL): time one attention layer's decode step (q projection, decode, "
                                  "o_proj, all-reduce) per --mode on this many GPUs, DeepSeek-V3 shapes, --batch requests, "
                                  "each --seqlens; plus the KV capacity view")->check(CLI::Range(2, 8));
   app.add_option("--mode", tpo.modes,
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
                                             "the collectives' time is predicted, not measured");
   mla::bench::PrefixOptions po;
   bool prefix = false;
-  app.add_flag("--prefix", prefix, "Shared-prefix (TyphoonMLA) decode: mixed (naive prefix + absorbed own pages + W_UV "
+  CLI::Option* prefix_opt = app.add_flag("--prefix", prefix, "Shared-prefix (TyphoonMLA) decode: mixed (naive prefix + absorbed own pages + W_UV "
                                     "merge) vs absorb-only per --prefix-heads x --prefix-len x --prefix-batches, the "
                                     "measured crossover batch beside the cost model's B_theta (d_c 512, d_r 64, d_n = "
                                     "d_v = 128; --sq, --page, --runs apply)");
@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-batches", po.batches, "--prefix: batches timed in full (default 64 128 256 512 1024)");
   app.add_option("--crossover-batches", po.crossover_batches, "--prefix: extra batches timed to locate the crossover");
   app.add_option("--suffix", po.suffix, "--prefix: own tokens per request (default 512)");
+  // One mode a run: the cache formats are timed on one GPU's decode only.
+  kv_opt->excludes(tp_opt)->excludes(prefix_opt);
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (prefix) {
