@@ -1,9 +1,11 @@
 """The shared libraries behind the package, loaded through ctypes.
 
-Each library exposes C entry points to a launcher of kernels/ (tools/mla-bench/*_capi.cpp). A
-library is looked up in MLA_TOOLCHAIN_LIB_DIR when that is set, else next to this file (where the
-CMake target mla_toolchain_python stages it), and loaded on first use. Other kernels' entry points
-are added as another `_Library` with its own binder.
+Each library exposes C entry points to launchers of kernels/ (tools/mla-bench/*_capi.cpp), with
+the CPU twins the device checks compare against: libmla_decode_capi (BF16 decode), libmla_fp8_capi
+(FP8 cache), libmla_kv4_capi (FP4 and codebook caches). A library is looked up in
+MLA_TOOLCHAIN_LIB_DIR when that is set, else next to this file (where the CMake target
+mla_toolchain_python stages it), and loaded on first use. Other kernels' entry points are added as
+another `_Library` with its own binder.
 """
 import ctypes
 import os
@@ -54,6 +56,58 @@ def _bind_decode(lib):
 
 # The BF16 decode launcher (kernels/mla_decode.hpp) and its CPU twin.
 decode = _Library("libmla_decode_capi.so", _bind_decode)
+
+_ERR = [ctypes.c_char_p, _S]
+
+
+def _bind_fp8(lib):
+    # int mla_fp8_capi_append(kv_new, positions, page_table, cache, batch, n_new, d_c, d_r, max_pages, num_pages,
+    #     page_size, stream, err, err_len)
+    lib.mla_fp8_capi_append.restype = _I
+    lib.mla_fp8_capi_append.argtypes = [_P] * 4 + [_I] * 7 + [_P] + _ERR
+    # int mla_fp8_capi_parts(batch, s_q, heads, d_c, d_r, size_t* workspace_bytes)
+    lib.mla_fp8_capi_parts.restype = _I
+    lib.mla_fp8_capi_parts.argtypes = [_I] * 5 + [ctypes.POINTER(_S)]
+    # int mla_fp8_capi_run(q, cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
+    #     max_pages, scale, num_parts, workspace, workspace_bytes, mode, stream, err, err_len)
+    lib.mla_fp8_capi_run.restype = _I
+    lib.mla_fp8_capi_run.argtypes = [_P] * 6 + [_I] * 8 + [_F, _I, _P, _S, _I, _P] + _ERR
+    # Twins on host buffers: the append (run's append arguments less the stream), the decode (run's less
+    # workspace, mode and stream; the query quantised by the twin).
+    lib.mla_fp8_capi_append_twin.restype = _I
+    lib.mla_fp8_capi_append_twin.argtypes = [_P] * 4 + [_I] * 7 + _ERR
+    lib.mla_fp8_capi_twin.restype = _I
+    lib.mla_fp8_capi_twin.argtypes = [_P] * 6 + [_I] * 8 + [_F, _I] + _ERR
+
+
+def _bind_kv4(lib):
+    # int mla_kv4_capi_parts(route, batch, s_q, heads, d_c, d_r, size_t* workspace_bytes)
+    lib.mla_kv4_capi_parts.restype = _I
+    lib.mla_kv4_capi_parts.argtypes = [_I] * 6 + [ctypes.POINTER(_S)]
+    # int mla_kv4_capi_run(route, format, levels, q, cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c,
+    #     d_r, num_pages, page_size, max_pages, scale, num_parts, workspace, workspace_bytes, mode, stream, err,
+    #     err_len)
+    lib.mla_kv4_capi_run.restype = _I
+    lib.mla_kv4_capi_run.argtypes = [_I, _I] + [_P] * 7 + [_I] * 8 + [_F, _I, _P, _S, _I, _P] + _ERR
+    # int mla_kv4_capi_append(format, c, levels, kv_new, positions, page_table, cache, batch, n_new, d_c, d_r,
+    #     max_pages, num_pages, page_size, stream, err, err_len); _twin: the same less the stream
+    lib.mla_kv4_capi_append.restype = _I
+    lib.mla_kv4_capi_append.argtypes = [_I, _F] + [_P] * 5 + [_I] * 7 + [_P] + _ERR
+    lib.mla_kv4_capi_append_twin.restype = _I
+    lib.mla_kv4_capi_append_twin.argtypes = [_I, _F] + [_P] * 5 + [_I] * 7 + _ERR
+    # int mla_kv4_capi_to_bf16_twin(format, levels, cache, num_pages, page_size, d_c, d_r, bf16_cache, err, err_len)
+    lib.mla_kv4_capi_to_bf16_twin.restype = _I
+    lib.mla_kv4_capi_to_bf16_twin.argtypes = [_I, _P, _P] + [_I] * 4 + [_P] + _ERR
+    # int mla_kv4_capi_fp4_to_fp8_twin(cache, num_pages, page_size, d_c, d_r, fp8_cache, err, err_len)
+    lib.mla_kv4_capi_fp4_to_fp8_twin.restype = _I
+    lib.mla_kv4_capi_fp4_to_fp8_twin.argtypes = [_P] + [_I] * 4 + [_P] + _ERR
+
+
+# The FP8 cache's append and decode launchers (kernels/fp8_append.hpp, kernels/fp8_decode.hpp) and twins.
+fp8 = _Library("libmla_fp8_capi.so", _bind_fp8)
+# The 4-bit caches' append and decode launchers (kernels/kv4_append.hpp, kernels/kv4_decode.hpp, the FP8
+# route of kernels/fp8_decode.hpp) and twins.
+kv4 = _Library("libmla_kv4_capi.so", _bind_kv4)
 
 ERR_LEN = 2048
 

@@ -101,7 +101,8 @@ def flash_mla_with_kvcache(
              f"tile_scheduler_metadata = {type(tile_scheduler_metadata).__name__}: must be the FlashMLASchedMeta "
              f"that get_mla_metadata() returns")
     _require(num_splits is None, f"num_splits = {type(num_splits).__name__}: must be None")
-    _require(is_fp8_kvcache is False, f"is_fp8_kvcache = {is_fp8_kvcache!r}: only BF16 caches are supported")
+    _require(is_fp8_kvcache is False, f"is_fp8_kvcache = {is_fp8_kvcache!r}: only BF16 caches are supported (FlashMLA's "
+             f"FP8 layout is not ours; our FP8 / 4-bit caches: fp8_decode_with_kvcache etc., docs/python.md)")
     _check_none(indices=indices, attn_sink=attn_sink, extra_k_cache=extra_k_cache,
                 extra_indices_in_kvcache=extra_indices_in_kvcache, topk_length=topk_length,
                 extra_topk_length=extra_topk_length)
