@@ -214,7 +214,8 @@ class Problem:
                                                   _ptr(out), _ptr(lse), *shape, parts, err, _lib.ERR_LEN)
         else:
             variant = 7 if self.s_q * self.heads > 16 else 0  # 32-token tiles, as the 4-bit kernel
-            rc = _lib.decode.get().mla_decode_capi_twin(_ptr(self.q_h), _ptr(self.dequantised()), _ptr(self.table_h),
+            deq = self.dequantised()  # held in a name: the twin reads it (a temporary was freed before the call)
+            rc = _lib.decode.get().mla_decode_capi_twin(_ptr(self.q_h), _ptr(deq), _ptr(self.table_h),
                                                         _ptr(self.lens_h), _ptr(out), _ptr(lse), *shape, variant, parts,
                                                         err, _lib.ERR_LEN)
         _lib.check(rc, err, f"{self.fmt} decode twin")
