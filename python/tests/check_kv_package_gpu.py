@@ -28,14 +28,9 @@ import json
 import sys
 import time
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: no CUDA device")
-    sys.exit(77)
+from check_common import Report, lse_diff, rel_l2, torch_or_skip
+
+torch = torch_or_skip()
 
 import mla_toolchain as mt  # noqa: E402
 from mla_toolchain import _lib  # noqa: E402
@@ -240,33 +235,6 @@ class Problem:
                 q2, x2 = q[i, t, :, :self.d_c] ** 2, kv[:n, :self.d_c] ** 2
                 sd[i, t] = 0.034 * self.scale * (q2 @ x2.T).max(dim=-1).values.sqrt()
         return out, lse, sd
-
-
-def rel_l2(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-300)).item()
-
-
-def lse_diff(a, b, sd=None):
-    """(max |a - b| over finite entries (in units of sd when given), whether the non-finite entries agree)."""
-    a, b = a.double().cpu(), b.double().cpu()
-    fa, fb = torch.isfinite(a), torch.isfinite(b)
-    same = torch.equal(fa, fb) and torch.equal(a[~fa], b[~fb])
-    d = (a[fa & fb] - b[fa & fb]).abs()
-    if sd is not None:
-        d = d / sd[fa & fb].clamp_min(1e-30)
-    return (d.max().item() if d.numel() else 0.0), same
-
-
-class Report:
-    def __init__(self):
-        self.rows, self.failed = [], 0
-
-    def add(self, check, name, ok, **figures):
-        self.rows.append({"check": check, "case": name, "ok": bool(ok), **figures})
-        self.failed += 0 if ok else 1
-        figs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
-        print(f"[{'PASS' if ok else 'FAIL'}] {check}: {name} {figs}", flush=True)
 
 
 def bytes_equal(rep, check, name, gpu, twin):

@@ -21,14 +21,9 @@ import ctypes
 import json
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: no CUDA device")
-    sys.exit(77)
+from check_common import Report, lse_diff, rel_l2, torch_or_skip
+
+torch = torch_or_skip()
 
 import mla_toolchain as mt  # noqa: E402
 from mla_toolchain import _lib  # noqa: E402
@@ -100,31 +95,6 @@ class Problem:
                 lse[i, t] = torch.logsumexp(s, dim=-1)
                 out[i, t] = torch.softmax(s, dim=-1) @ kv[:n, :self.d_c]
         return out, lse
-
-
-def rel_l2(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-300)).item()
-
-
-def lse_diff(a, b):
-    """(max |a - b| over finite entries, whether the non-finite entries agree)."""
-    a, b = a.double().cpu(), b.double().cpu()
-    fa, fb = torch.isfinite(a), torch.isfinite(b)
-    same = torch.equal(fa, fb) and torch.equal(a[~fa], b[~fb])
-    d = (a[fa & fb] - b[fa & fb]).abs()
-    return (d.max().item() if d.numel() else 0.0), same
-
-
-class Report:
-    def __init__(self):
-        self.rows, self.failed = [], 0
-
-    def add(self, check, name, ok, **figures):
-        self.rows.append({"check": check, "case": name, "ok": bool(ok), **figures})
-        self.failed += 0 if ok else 1
-        figs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
-        print(f"[{'PASS' if ok else 'FAIL'}] {check}: {name} {figs}", flush=True)
 
 
 def check_against_twin(rep, p):
