@@ -62,7 +62,17 @@ struct RankJob {
   Communicator& comm;
   std::vector<ReductionRecord>& log;
   std::vector<MatrixR>* out;  // rank 0 only
+  const BackendFactory* make_backend = nullptr;  // the cache format's backend (null or empty: BF16)
 };
+
+// The rank's backend for this layer, on the rank's device (selected before).
+std::unique_ptr<DecodeBackend> rank_backend(const RankJob& j) {
+  std::unique_ptr<DecodeBackend> b = j.make_backend != nullptr && *j.make_backend
+                                         ? (*j.make_backend)()
+                                         : (j.device == "cuda" ? make_cuda_backend() : make_cpu_backend());
+  b->begin_layer(j.layer);
+  return b;
+}
 
 void reduce(RankJob& j, const char* tag, std::vector<double>& v) {
   j.log.push_back({j.layer, tag, v.size()});
@@ -71,7 +81,7 @@ void reduce(RankJob& j, const char* tag, std::vector<double>& v) {
 
 void run_rank(RankJob& j) {
   select_device(j.device, j.gpu);
-  std::unique_ptr<DecodeBackend> backend = j.device == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  std::unique_ptr<DecodeBackend> backend = rank_backend(j);
   const auto& cfg_r = j.rank_attn.config;
   const auto& w_r = j.rank_attn.weights;
   const int g = j.rank_attn.tpla.at("g").get<int>();
@@ -187,7 +197,7 @@ void run_rank(RankJob& j) {
 // and the ranks merge by log-sum-exp (see decode_layer_dcp).
 void run_rank_dcp(RankJob& j) {
   select_device(j.device, j.gpu);
-  std::unique_ptr<DecodeBackend> backend = j.device == "cuda" ? make_cuda_backend() : make_cpu_backend();
+  std::unique_ptr<DecodeBackend> backend = rank_backend(j);  // BF16: decode_layer_dcp passes no factory
   const auto& cfg_r = j.rank_attn.config;
   const auto& w_r = j.rank_attn.weights;
   const int N = j.tp, r = j.rank;
@@ -381,7 +391,7 @@ std::vector<MatrixR> MultiDeviceRunner::decode_layer(int64_t layer, const model:
   std::vector<MatrixR> out;
   on_every_rank([&](int r) {
     RankJob job{layer, cfg, ranks[r], h, P, T, page_size, seed, r, tp, gpu_of(r), device_, *comms_[r], reductions_[r],
-                r == 0 ? &out : nullptr};
+                r == 0 ? &out : nullptr, &make_backend_};
     run_rank(job);
   });
   return out;

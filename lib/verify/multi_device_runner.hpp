@@ -7,9 +7,10 @@
 //   per decode token: computes its c_k, k_pe and absorbed query from the replicated input h;
 //     under --norm exact all-reduces one sum of squares per token ("norm_sumsq", B values),
 //     otherwise normalises locally (sqrt(g f_k) folded in its kv_a_layernorm); appends
-//     [x_k | k_pe] (cache-append kernel or twin); decodes its heads on its slice (decode kernel
-//     or twin); expands with its W_UV and applies its o_proj columns; all-reduces the partial
-//     outputs ("o_proj", B x D values).
+//     [x_k | k_pe] into its cache (the BF16 cache, or the format set_backend_factory gives:
+//     FP8, FP4, codebook) and decodes its heads on its slice (kernels or their twins); expands
+//     with its W_UV and applies its o_proj columns; all-reduces the partial outputs ("o_proj",
+//     B x D values).
 // Nothing else crosses ranks. With g < tp the ranks of one latent group hold the same slice,
 // so each contributes its sum of squares divided by tp/g (exact for powers of two).
 //
@@ -18,6 +19,7 @@
 // all-reduce's float64 additions: bit-identical for 2 ranks (a + b either way), within
 // (tp - 1) ulp-scale differences otherwise (kDevicesRelTolerance).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +31,12 @@
 namespace mla::verify {
 
 class Communicator;
+class DecodeBackend;
+
+// Makes one TPLA rank's decode backend (its cache format: verify-decode --kv), called on the
+// rank's thread after the rank's device is selected, once per layer; the runner then calls
+// begin_layer(layer) on it.
+using BackendFactory = std::function<std::unique_ptr<DecodeBackend>()>;
 
 // Relative L2 within which the runner's output must equal the one-device sequential sum.
 inline constexpr double kDevicesRelTolerance = 1e-13;
@@ -61,6 +69,9 @@ class MultiDeviceRunner {
 
   std::string name() const;
   int devices() const { return devices_; }
+  // The TPLA ranks' cache format (decode_layer); without one they use the BF16 backend of the
+  // runner's device. DCP ranks always use the BF16 backend.
+  void set_backend_factory(BackendFactory f) { make_backend_ = std::move(f); }
 
   // One layer: sequences h[b] [P + T, D] (replicated on every rank), the ranks' attention
   // (ranks.size() must equal devices()), the original config (global d_c, eps). Returns the
@@ -94,6 +105,7 @@ class MultiDeviceRunner {
   int visible_gpus_ = 0;
   int gpu_of(int rank) const { return visible_gpus_ > 0 ? rank % visible_gpus_ : rank; }
   std::vector<std::unique_ptr<Communicator>> comms_;
+  BackendFactory make_backend_;
   std::vector<RankPlacement> placement_;
   std::vector<std::vector<ReductionRecord>> reductions_;
   // Runs fn(rank) on one thread per rank; the first rank that failed on its own is reported.

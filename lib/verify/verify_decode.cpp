@@ -455,7 +455,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
     if (!clash.empty())
       throw InputError("--no-kernel runs the float64 path only: it cannot be combined with " + clash);
   }
-  if (o.kv != "bf16" && o.devices > 0) throw InputError("--kv " + o.kv + " with --devices: only the bf16 cache runs on several devices");
+  if (o.kv != "bf16" && o.dcp) throw InputError("--kv " + o.kv + " with --dcp: DCP ranks hold the bf16 cache only");
   if (o.kv4_route != "bf16" || transform::is_kv4_format(o.kv))
     check_kv4_route(o.kv, parse_kv4_route(o.kv4_route));  // before any file is read
 
@@ -513,6 +513,9 @@ VerifyReport verify_decode(const VerifyOptions& o) {
   if (o.dcp && o.devices < 1) throw InputError("--dcp needs --devices N (the ranks sharing the tokens)");
   if (o.devices > 0) {
     runner = std::make_unique<MultiDeviceRunner>(o.device, o.devices, o.comm);
+    // Each rank's cache in the --kv format (its own backend, made on its thread and device).
+    if (o.kv != "bf16")
+      runner->set_backend_factory([&] { return make_kv_backend(o.device, o.kv, kv4 ? &*kv4 : nullptr, o.kv4_route); });
     rep.devices = (o.dcp ? "DCP, tokens shared by " : "TPLA ranks on ") + runner->name();
   }
   // DCP is exact: it must equal the one-device decode within the BF16 kernels' tolerance; TPLA

@@ -97,6 +97,37 @@ TEST(MultiDeviceRunner, TwoRanksOnThreadsEqualTheSequentialSumBitForBit) {
   }
 }
 
+// --kv fp8 with --devices: each rank thread holds its slice in the FP8 cache (its own FP8 twin
+// backend); two ranks sum a + b either way, so the result is the sequential FP8 decode's bit for bit.
+TEST(MultiDeviceRunner, Fp8CachesOnTwoRankThreadsEqualTheSequentialSumBitForBit) {
+  auto o = options(convert("tp2g2", 2, 2, Reparam::Hadamard, NormMode::Exact));
+  o.max_rel_l2 = 1.0;
+  o.max_cos_diff = 1.0;
+  o.kv = "fp8";
+  const auto seq = mla::verify::verify_decode(o);
+  o.devices = 2;
+  const auto rep = mla::verify::verify_decode(o);
+  ASSERT_EQ(rep.layers.size(), seq.layers.size());
+  for (size_t i = 0; i < rep.layers.size(); ++i) {
+    const auto& l = rep.layers[i];
+    ASSERT_TRUE(l.devices_ran);
+    EXPECT_EQ(l.devices_vs_sequential.max_abs, 0.0) << "layer " << l.layer;
+    EXPECT_TRUE(l.devices_vs_sequential.nonfinite_match);
+    // The FP8 cache, not the BF16 one: the kernel path's error is the FP8 decode's.
+    EXPECT_EQ(l.kernel_vs_f64_path.rel_l2, seq.layers[i].kernel_vs_f64_path.rel_l2) << "layer " << l.layer;
+    EXPECT_GT(l.kernel_vs_f64_path.rel_l2, 1e-2) << "layer " << l.layer << ": an FP8 cache's error, not BF16's";
+    EXPECT_TRUE(l.pass) << "layer " << l.layer;
+  }
+  // DCP ranks hold the BF16 cache only: refused, naming both options.
+  o.dcp = true;
+  try {
+    mla::verify::verify_decode(o);
+    ADD_FAILURE() << "--kv fp8 --dcp was accepted";
+  } catch (const mla::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--dcp"), std::string::npos) << e.what();
+  }
+}
+
 TEST(MultiDeviceRunner, FourRanksInTwoGroupsEqualTheSequentialSum) {
   auto o = options(convert("tp4g2", 4, 2, Reparam::Hadamard, NormMode::Exact));
   o.max_rel_l2 = 1.0;

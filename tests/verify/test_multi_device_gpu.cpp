@@ -66,3 +66,39 @@ TEST(MultiDeviceGpu, DcpOnTwoGpusEqualsTheOneGpuDecodeWithinBf16) {
                 l.devices_vs_sequential.rel_l2, l.kernel_vs_f64_path.rel_l2);
   }
 }
+
+// --kv fp8 --devices 2: every rank's slice in its own FP8 cache on its own GPU (FP8 append and
+// decode kernels). g = 1 (both ranks hold the whole d_c = 128 latent, each half of the heads):
+// the FP8 kernels take d_c 128 / 256 / 512, so tiny-v2's g = 2 slice (d_c = 64) is refused. The
+// ranks run the one-GPU path's kernels on the same bits: equal to it up to the all-reduce order.
+TEST(MultiDeviceGpu, Fp8CachesOnTwoGpusEqualTheOneGpuSequentialSum) {
+  if (!mla::verify::cuda_backend_available()) GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+  const std::string comm = comm_for_two_ranks();
+  auto o = options(convert("tp2g1", 2, 1, mla::transform::Reparam::Hadamard, mla::transform::NormMode::Exact));
+  o.max_rel_l2 = 1.0;
+  o.max_cos_diff = 1.0;
+  o.device = "cuda";
+  o.devices = 2;
+  o.comm = comm;
+  o.kv = "fp8";
+  const auto rep = mla::verify::verify_decode(o);
+  for (const auto& l : rep.layers) {
+    ASSERT_TRUE(l.devices_ran);
+    EXPECT_LE(l.devices_vs_sequential.rel_l2, mla::verify::kDevicesRelTolerance) << "layer " << l.layer;
+    EXPECT_GT(l.kernel_vs_f64_path.rel_l2, 1e-2) << "layer " << l.layer << ": an FP8 cache's error, not BF16's";
+    EXPECT_LT(l.kernel_vs_f64_path.rel_l2, 0.08) << "layer " << l.layer;
+    std::printf("[figure] fp8 tp2 g1 layer %lld: 2 GPUs vs 1-GPU sequential rel_l2 %.3e; kernel vs f64 %.3e\n",
+                static_cast<long long>(l.layer), l.devices_vs_sequential.rel_l2, l.kernel_vs_f64_path.rel_l2);
+  }
+  auto o2 = options(convert("tp2g2", 2, 2, mla::transform::Reparam::Hadamard, mla::transform::NormMode::Exact));
+  o2.device = "cuda";
+  o2.devices = 2;
+  o2.comm = comm;
+  o2.kv = "fp8";
+  try {
+    mla::verify::verify_decode(o2);
+    ADD_FAILURE() << "an FP8 cache of a d_c = 64 slice on the GPU was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("64"), std::string::npos) << e.what();
+  }
+}

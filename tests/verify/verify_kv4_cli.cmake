@@ -6,7 +6,8 @@
 # slice of d_c / g = 16 (not a 4-bit width). --kv4-route fp8 (the FP8-tensor-core route's twin)
 # passes its thresholds, keeps the protected layers' BF16 errors and changes the others; it is
 # refused for the codebook, for --kv bf16 and for a slice it has no kernel for (d_c / g = 64). A --kv fp4 conversion needs no --calib: verify-decode
-# reads the recorded parameters and gets the same errors; --kv codebook on it is refused.
+# reads the recorded parameters and gets the same errors; --kv codebook on it is refused; with
+# --devices 2 the ranks (each its own FP4 cache) equal the sequential decode bit for bit.
 include(${CMAKE_CURRENT_LIST_DIR}/cli_run.cmake)
 set(M ${SRC}/datasets/tiny-v2)
 run(0 ${TOOLS}/mla-forward/mla-forward -q capture ${M} --out ${WORK}/cap.h5 --calib ${SRC}/docs/math.md
@@ -113,6 +114,17 @@ run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --calib ${WORK}/calib.h5 --max-re
 # Without --calib the parameters recorded in the conversion are used: the same cache, the same errors.
 run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --max-rel-l2 1 --max-cos-diff 1 --json ${WORK}/tp2-recorded.json)
 expect_layers(${WORK}/tp2-recorded.json STREQUAL ${WORK}/tp2-calib.json converted_vs_original rel_l2)
+# --devices 2: each rank thread holds its slice in its own FP4 cache (the FP4 twin backend);
+# two ranks sum a + b either way, so the ranks equal the sequential decode bit for bit.
+run(0 ${V} --converted ${WORK}/tp2fp4 --kv fp4 --max-rel-l2 1 --max-cos-diff 1 --devices 2 --json ${WORK}/tp2-devices.json)
+expect_layers(${WORK}/tp2-devices.json STREQUAL ${WORK}/tp2-recorded.json kernel_vs_f64_path rel_l2)
+file(READ ${WORK}/tp2-devices.json jd)
+foreach(i RANGE ${last})
+  string(JSON dmax GET "${jd}" layers ${i} devices_vs_sequential max_abs)
+  if(NOT dmax EQUAL 0)
+    message(FATAL_ERROR "layer ${i}: fp4 ranks on 2 threads differ from the sequential decode by max_abs ${dmax}")
+  endif()
+endforeach()
 run(1 ${V} --converted ${WORK}/tp2fp4 --kv codebook)
 # The fp8 route has no kernel for the tp = 2 slice (d_c / g = 64): refused naming the shape.
 expect_refusal("d_c = 64, d_r = 32" ${V} --converted ${WORK}/tp2fp4 --kv fp4 --kv4-route fp8)
