@@ -41,8 +41,9 @@ int main(int argc, char** argv) {
                "--shared-prefix");
   app.add_option("--devices", o.devices,
                  "Also run every TPLA rank on its own device (rank r on GPU r through NCCL with --device cuda; on "
-                 "thread r with the in-process stand-in with --device cpu); must equal the checkpoint's ranks. Its "
-                 "output must equal the one-device sequential sum (relative L2 <= 1e-13) and is then reported")
+                 "thread r with the in-process stand-in with --device cpu); must equal the checkpoint's ranks. Each "
+                 "rank holds its slice in its own cache of the --kv format. Its output must equal the one-device "
+                 "sequential sum (relative L2 <= 1e-13) and is then reported")
       ->check(CLI::Range(1, 64));
   app.add_option("--comm", o.comm,
                  "With --devices: nccl (rank r on GPU r; the default with --device cuda) or threads (in-process sums; "
@@ -50,8 +51,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "nccl", "threads"}))->capture_default_str();
   app.add_flag("--dcp", o.dcp,
                "With --devices N and a tp = 1 conversion: decode context parallelism instead (token t on rank t mod N, "
-               "full latent, all heads; partial outputs merged by log-sum-exp across devices); must equal the "
-               "one-device decode within --kernel-rel-l2");
+               "full latent, all heads; partial outputs merged by log-sum-exp across devices; the bf16 cache only); "
+               "must equal the one-device decode within --kernel-rel-l2");
   app.add_option("--page-size", o.page_size, "KV cache page size (64 or 128)")->capture_default_str();
   app.add_option("--kv", o.kv,
                  "KV-cache format: bf16; fp8 (paged E4M3, 644 B/token at d_c = 512: FP8 kernels on cuda, their twins on "
