@@ -257,6 +257,61 @@ def _check_route(route):
                               f"(FP8 tensor cores)")
 
 
+class DecodePlan:
+    """The split-KV schedule of one decode step for the FP8 kernels (FlashMLA's get_mla_metadata):
+    written once per step by fp8_decode_plan, read by every layer's fp8_decode_with_kvcache or
+    fp4_decode_with_kvcache(route="fp8") of that step (plan=...), which then launch no scheduler.
+
+    It holds its own workspace (the schedule, the split partials and merge counters), so the calls
+    that share it must run one after another on one stream (torch's current stream, as each call
+    uses) and must see the same cache_seqlens values, q shape and head_dim_v as the plan: the shape
+    is checked, the values cannot be without a host sync (a plan of other lengths decodes wrongly).
+    Write a new plan when the lengths change; a CUDA graph may capture the plan with the decodes.
+    """
+
+    def __init__(self, device, shape, parts, workspace_bytes):
+        self.device, self.shape, self.parts, self.workspace_bytes = device, shape, parts, workspace_bytes
+        self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
+
+    def _check_call(self, kv_format, q, cache_seqlens, head_dim_v, d_r):
+        b, s_q, h, _ = q.shape
+        shape = (b, s_q, h, head_dim_v, d_r)
+        _require(q.device == self.device, f"plan: made for {self.device}, q is on {q.device}")
+        _require(shape == self.shape, f"plan: made for (batch, s_q, heads, head_dim_v, d_r) = {self.shape}, this "
+                                      f"{kv_format} decode is {shape}")
+        _require(cache_seqlens.shape[0] == b, f"plan: cache_seqlens.shape = {tuple(cache_seqlens.shape)}")
+
+
+def fp8_decode_plan(q, cache_seqlens, head_dim_v):
+    """The DecodePlan of one decode step whose queries have q's shape [batch, s_q, heads, d_c + d_r]
+    (bf16; only the shape is read) over cache_seqlens (int32 [batch], read on the device): one kernel
+    launch on torch's current stream, no host sync. For fp8_decode_with_kvcache and
+    fp4_decode_with_kvcache(route="fp8"): the same kernels' schedule (same shapes as those take)."""
+    _check_tensor("q", q, torch.bfloat16, (4,))
+    _check_tensor("cache_seqlens", cache_seqlens, torch.int32, (1,), q.device)
+    b, s_q, h, d = q.shape
+    _require(s_q in (1, 2), f"q.shape[1] (s_q) = {s_q}: supported 1, 2")
+    _require(1 <= h <= MAX_HEADS, f"q.shape[2] (num_heads_q) = {h}: supported 1..{MAX_HEADS}")
+    _require(isinstance(head_dim_v, numbers.Integral) and head_dim_v in FP8_KERNEL_D_C,
+             f"head_dim_v = {head_dim_v!r}: the FP8 kernels take {FP8_KERNEL_D_C}")
+    d_r = d - head_dim_v
+    _require(d_r in FP8_KERNEL_D_R, f"q.shape[-1] - head_dim_v = {d} - {head_dim_v} = {d_r}: the FP8 kernels take "
+                                    f"{FP8_KERNEL_D_R}")
+    _require(cache_seqlens.shape[0] == b, f"cache_seqlens.shape = {tuple(cache_seqlens.shape)}: must be ({b},)")
+    parts, ws_bytes = _Plan.get("fp8", q.device.index, b, s_q, h, head_dim_v, d_r)
+    plan = DecodePlan(q.device, (b, s_q, h, head_dim_v, d_r), parts, ws_bytes)
+    cache_seqlens = cache_seqlens.contiguous()
+    stream, err = _stream_and_err(q.device)
+    # mode 1: fp8_decode_plan only (the query, cache and output pointers are not read).
+    with torch.cuda.device(q.device):
+        rc = _lib.fp8.get().mla_fp8_capi_run(q.data_ptr(), 0, 0, cache_seqlens.data_ptr(), 0, None, b, s_q, h,
+                                             head_dim_v, d_r, 1, 64, 1, 1.0, parts, plan.workspace.data_ptr(),
+                                             ws_bytes, 1, stream, err, _lib.ERR_LEN)
+    _lib.check(rc, err, "fp8_decode_plan")
+    plan.seqlens = cache_seqlens  # kept alive with the plan (the schedule was computed from it)
+    return plan
+
+
 def _check_decode(kv_format, route, q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale):
     """Validates a decode call; returns (cache [num_pages, page, bpt], d_r, softmax scale)."""
     _check_tensor("q", q, torch.bfloat16, (4,))
@@ -292,17 +347,21 @@ def _check_decode(kv_format, route, q, k_cache, block_table, cache_seqlens, head
     return cache, d_r, float(softmax_scale)
 
 
-def _launch(kernel, kv_format, levels, q, cache, block_table, cache_seqlens, head_dim_v, d_r, scale):
+def _launch(kernel, kv_format, levels, q, cache, block_table, cache_seqlens, head_dim_v, d_r, scale, plan=None):
     q, block_table, cache_seqlens = q.contiguous(), block_table.contiguous(), cache_seqlens.contiguous()
     b, s_q, h, _ = q.shape
-    parts, ws_bytes = _Plan.get(kernel, q.device.index, b, s_q, h, head_dim_v, d_r)
+    if plan is None:
+        parts, ws_bytes = _Plan.get(kernel, q.device.index, b, s_q, h, head_dim_v, d_r)
+        ws, mode = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device), 0  # 0: schedules itself
+    else:
+        plan._check_call(kv_format, q, cache_seqlens, head_dim_v, d_r)
+        parts, ws_bytes, ws, mode = plan.parts, plan.workspace_bytes, plan.workspace, 2  # 2: reads the plan
     out = torch.empty(b, s_q, h, head_dim_v, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
-    ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device)
     stream, err = _stream_and_err(q.device)
     args = (q.data_ptr(), cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(), out.data_ptr(),
             lse.data_ptr(), b, s_q, h, head_dim_v, d_r, cache.shape[0], cache.shape[1], block_table.shape[1], scale,
-            parts, ws.data_ptr(), ws_bytes, 0, stream, err, _lib.ERR_LEN)  # mode 0: the call schedules itself
+            parts, ws.data_ptr(), ws_bytes, mode, stream, err, _lib.ERR_LEN)
     with torch.cuda.device(q.device):
         if kernel == "fp8":
             rc = _lib.fp8.get().mla_fp8_capi_run(*args)
@@ -312,24 +371,27 @@ def _launch(kernel, kv_format, levels, q, cache, block_table, cache_seqlens, hea
     return out, lse
 
 
-def fp8_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None):
+def fp8_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None, *, plan=None):
     """Paged MLA decode from an FP8 cache (kernels/fp8_decode.hpp, SnapMLA-style: QK^T and PV on FP8
     tensor cores, the query quantised per (token, head) row to E4M3 inside the call).
 
+    plan: a DecodePlan of this step (fp8_decode_plan): the call then launches no scheduler (<= 32
+    query rows: one launch in all). Without it every call schedules itself.
     Arguments and returns as mla_decode_with_kvcache, with k_cache the FP8 pages (fp8_append_kvcache):
     q [batch, s_q (1 or 2), heads (1..128), d_c + d_r] bf16, head_dim_v = d_c in (128, 256, 512),
     d_r 32 or 64. Returns out [batch, s_q, heads, d_c] bf16, lse [batch, s_q, heads] fp32.
     Speed (H200, docs/benchmarks.md "Every cache format from the command line", B = 128, against our
     BF16 decode on the same tokens): 1.67-1.73x at 16 heads, 1.27x at 64, 1.11-1.14x at 128 rows;
-    at a TPLA slice (d_c = 256, 128 heads) 0.71-0.78x: there it buys capacity (1.65x the tokens per
+    at a TPLA slice (d_c = 256, 128 heads) 0.71-0.83x: there it buys capacity (1.65x the tokens per
     byte), not step time. Accuracy: the E4M3 cache, query and P give 0.025-0.058 relative L2 against
     float64 on the BF16 values on random data (bound 0.08, tests/quant/test_fp8_decode_twin.cpp).
     """
     cache, d_r, scale = _check_decode("fp8", None, q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale)
-    return _launch("fp8", "fp8", None, q, cache, block_table, cache_seqlens, head_dim_v, d_r, scale)
+    return _launch("fp8", "fp8", None, q, cache, block_table, cache_seqlens, head_dim_v, d_r, scale, plan)
 
 
-def fp4_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None, *, route="bf16"):
+def fp4_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None, *, route="bf16",
+                            plan=None):
     """Paged MLA decode from an FP4 cache (fp4_append_kvcache); arguments and returns as
     mla_decode_with_kvcache, plus the route:
 
@@ -339,7 +401,8 @@ def fp4_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, 
     route="fp8" (kernels/fp8_decode.hpp fp8_decode_fp4_cache_bf16q): each 64-token tile rewritten
       as an FP8 tile (exact while a token's group scales span <= 11 octaves) and decoded on FP8
       tensor cores. head_dim_v in (128, 256, 512), d_r 32 or 64, at most 64 query rows (s_q * heads)
-      at head_dim_v <= 256.
+      at head_dim_v <= 256. plan: a DecodePlan of this step (fp8_decode_plan), as for
+      fp8_decode_with_kvcache.
     Speed (H200, docs/benchmarks.md "Every cache format from the command line", B = 128, d_c = 512,
     against our BF16 decode on the same tokens): 16 heads: bf16 route 0.65-0.69x, fp8 route
     1.11-1.14x; 32 rows (16 heads, s_q 2): 0.34x vs 1.05x; 64 heads: 0.20x vs 1.00x; 128 heads:
@@ -351,8 +414,10 @@ def fp4_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, 
     through it cannot be told apart from the bf16 route's.
     """
     _check_route(route)
+    _require(plan is None or route == "fp8", "plan: a DecodePlan serves the FP8 kernels only (route='fp8'); "
+                                             "route='bf16' schedules itself in every call")
     cache, d_r, scale = _check_decode("fp4", route, q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale)
-    return _launch("kv4-" + route, "fp4", None, q, cache, block_table, cache_seqlens, head_dim_v, d_r, scale)
+    return _launch("kv4-" + route, "fp4", None, q, cache, block_table, cache_seqlens, head_dim_v, d_r, scale, plan)
 
 
 def codebook_decode_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, softmax_scale=None, *, levels):

@@ -17,7 +17,9 @@ hold poisoned tokens, int32-max page ids past each request's pages):
   3. CUDA graphs: an append and a decode captured together, the new row, positions, lengths and
      query changed in place, replayed: equal to eager calls, and the replayed appends' bytes equal
      the twin's.
-  4. Unsupported arguments raise UnsupportedArgument naming the argument.
+  4. A DecodePlan (fp8_decode_plan) shared by several decodes of a step: each bit-equal to the
+     same decode scheduling itself (FP8 cache, the FP4 cache's fp8 route); misuse refused.
+  5. Unsupported arguments raise UnsupportedArgument naming the argument.
 Exit 0 when every check passes, 1 otherwise, 77 (skip) without torch or a CUDA device.
 
     MLA_TOOLCHAIN_LIB_DIR=build/tools/mla-bench PYTHONPATH=python python3 python/tests/check_kv_package_gpu.py
@@ -349,6 +351,42 @@ def check_graph(rep, fmt, route, d_c, heads, s_q=1):
             bit_equal_to_eager=same, replayed_append_bytes_equal_twin=appended, new_lens=lens.tolist())
 
 
+def check_planned(rep, fmt, heads, d_c, s_q=1, layers=3):
+    """One fp8_decode_plan, then `layers` decodes (the layers of one step, a new query each) with
+    plan=...: each bit-equal to the same decode scheduling itself. Then a plan of another shape and
+    a plan on the BF16 route are refused."""
+    p = Problem(fmt, 61 + heads + d_c, [1, 700, 64, 3000], s_q, heads, d_c)
+    p.append_all()
+    route = "fp8"
+    plan = mt.fp8_decode_plan(p.q, p.lens_d, d_c)
+    g = torch.Generator().manual_seed(7)
+    same = True
+    for _ in range(layers):
+        q = torch.randn(p.q.shape, generator=g, dtype=torch.float64).to(torch.bfloat16).cuda()
+        if fmt == "fp8":
+            planned = mt.fp8_decode_with_kvcache(q, p.cache, p.table, p.lens_d, d_c, p.scale, plan=plan)
+        else:
+            planned = mt.fp4_decode_with_kvcache(q, p.cache, p.table, p.lens_d, d_c, p.scale, route=route, plan=plan)
+        alone = decode_gpu(fmt, route, q, p.cache, p.table, p.lens_d, d_c, p.scale)
+        same = same and torch.equal(planned[0], alone[0]) and torch.equal(planned[1], alone[1])
+    torch.cuda.synchronize()
+    rep.add("planned_decode", f"{p.name}{'' if fmt == 'fp8' else ' route=fp8'}, {layers} layers on one plan", same,
+            bit_equal_to_unplanned=same)
+    if fmt == "fp8":
+        refusals = [
+            ("plan: made for", lambda: mt.fp8_decode_with_kvcache(p.q[:, :, :heads // 2], p.cache, p.table, p.lens_d, d_c,
+                                                                   p.scale, plan=plan)),
+            ("plan: a DecodePlan serves", lambda: mt.fp4_decode_with_kvcache(p.q, p.cache, p.table, p.lens_d, d_c,
+                                                                              p.scale, route="bf16", plan=plan)),
+        ]
+        for needle, f in refusals:
+            try:
+                f()
+                rep.add("planned_decode_refusal", needle, False, message="no error raised")
+            except mt.UnsupportedArgument as e:
+                rep.add("planned_decode_refusal", needle, str(e).startswith(needle), message=str(e))
+
+
 def check_errors(rep):
     b, h, d_c, d_r = 2, 16, 512, 64
     d = d_c + d_r
@@ -445,6 +483,9 @@ def main():
     check_graph(rep, "fp4", "bf16", 512, 16, s_q=2)
     check_graph(rep, "fp4", "fp8", 512, 64)
     check_graph(rep, "codebook", "bf16", 256, 16)
+    check_planned(rep, "fp8", 16, 512)            # the narrow kernel: a planned decode is one launch
+    check_planned(rep, "fp8", 128, 512, s_q=2)    # the 64-row kernel
+    check_planned(rep, "fp4", 16, 512)            # the FP4 cache's FP8 route
     check_errors(rep)
     print(f"{len(rep.rows) - rep.failed} passed, {rep.failed} failed ({time.time() - t0:.1f} s)")
     if args.json:
