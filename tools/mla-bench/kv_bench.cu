@@ -5,7 +5,8 @@
 // cache and the format's pages), so both decodes read the same tokens. Each route the shape has
 // is timed: FP8 pages (kernels/fp8_decode.hpp), FP4 through BF16 tensor cores
 // (kernels/kv4_decode.hpp) and through FP8 tensor cores (fp8_decode_fp4_cache_bf16q), the
-// codebook through BF16 tensor cores. The floor of a route is the larger of its bytes at the
+// codebook through BF16 tensor cores; the FP8-tensor-core routes also planned (the schedule once,
+// untimed, as a serving step's layers share it). The floor of a route is the larger of its bytes at the
 // measured copy rate and its FLOPs at the measured GEMM rate of its tensor cores (BF16 or FP8).
 #include <cuda_runtime.h>
 
@@ -176,6 +177,20 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
     f.workspace = ws_fp8.ptr;
     f.workspace_bytes = ws_fp8.bytes();
   };
+  // The same decode with the step's schedule planned once, outside the timing
+  // (kernels::fp8_decode_plan, FlashMLA's get_mla_metadata: how a serving step runs its layers and
+  // how the peer scripts time FlashMLA and ours): a decode of <= 32 query rows is then one launch.
+  quant::Fp8DecodeParams fp;
+  DeviceBytes ws_plan;
+  const auto plan_ready = [&] {
+    if (ws_plan.ptr != nullptr) return;
+    fp8_ready();
+    fp = f;
+    ws_plan = DeviceBytes(f.workspace_bytes);
+    fp.workspace = ws_plan.ptr;
+    kernels::fp8_decode_plan(fp, nullptr);
+    fp.planned = true;
+  };
   // The 4-bit decode's parameters (BF16 tensor cores).
   kernels::Kv4DecodeParams k;
   k.base = p;
@@ -196,16 +211,25 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
                         fp8_ready();
                         kernels::fp8_decode_bf16q(f, q.as<uint16_t>(), nullptr);
                       }});
+    routes.push_back({"fp8 (planned)", token_bytes, false, [&] {
+                        plan_ready();
+                        kernels::fp8_decode_bf16q(fp, q.as<uint16_t>(), nullptr);
+                      }});
   } else {
     routes.push_back({kv + " (bf16 tensor cores)", token_bytes, true, [&] {
                         kv4_ready();
                         kernels::mla_decode_kv4(k, nullptr);
                       }});
-    if (kv == "fp4")
+    if (kv == "fp4") {
       routes.push_back({"fp4 (fp8 tensor cores)", token_bytes, false, [&] {
                           fp8_ready();
                           kernels::fp8_decode_fp4_cache_bf16q(f, q.as<uint16_t>(), nullptr);
                         }});
+      routes.push_back({"fp4 (fp8 t.c., planned)", token_bytes, false, [&] {
+                          plan_ready();
+                          kernels::fp8_decode_fp4_cache_bf16q(fp, q.as<uint16_t>(), nullptr);
+                        }});
+    }
   }
 
   j["shape"] = {{"batch", o.batch}, {"heads", o.heads}, {"d_c", o.d_c}, {"d_r", o.d_r}, {"seqlen", o.seqlen},
