@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(detail::kSchedThreads)
 }  // namespace
 
 bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
-  return (p.d_c == 128 || p.d_c == 256 || p.d_c == 512) && (p.d_r == 32 || p.d_r == 64);
+  return quant::fp8_decode_gpu_d_c(p.d_c) && quant::fp8_decode_gpu_d_r(p.d_r);
 }
 
 int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(cuda::sm_count(), p); }

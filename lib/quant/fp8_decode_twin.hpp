@@ -79,6 +79,12 @@ struct Fp8DecodeParams {
   MLA_FP8_HD Fp8CacheLayout layout() const { return Fp8CacheLayout{page_size, d_c, d_r}; }
 };
 
+// The latent and RoPE widths the GPU kernels are built for (the twin takes more): what
+// kernels::fp8_decode_shape_supported checks, and what the CPU backends refuse so as to twin only
+// what the GPU runs (lib/verify).
+inline bool fp8_decode_gpu_d_c(int d_c) { return d_c == 128 || d_c == 256 || d_c == 512; }
+inline bool fp8_decode_gpu_d_r(int d_r) { return d_r == 32 || d_r == 64; }
+
 // The GPU's TPLA-slice kernel (d_c <= 256, more than one 64-row block) takes 128-row blocks:
 // each of its warpgroups owns 64 rows and all d_c channels, so one tile feeds 128 rows.
 inline bool fp8_decode_uses_pair(const Fp8DecodeParams& p) {

@@ -62,11 +62,14 @@ void check_kv4_fp8_route_shape(int heads, int d_c, int d_r, int page_size) {
   const std::string shape = "heads = " + std::to_string(heads) + ", d_c = " + std::to_string(d_c) +
                             ", d_r = " + std::to_string(d_r) + ", page_size = " + std::to_string(page_size);
   std::string why;
-  if (d_c != 128 && d_c != 256 && d_c != 512) why = "d_c must be 128, 256 or 512";
-  else if (d_r != 32 && d_r != 64) why = "d_r must be 32 or 64";
+  quant::Fp8DecodeParams rows;  // the row-block choice needs only the shape
+  rows.heads = heads;
+  rows.d_c = d_c;
+  if (!quant::fp8_decode_gpu_d_c(d_c)) why = "d_c must be 128, 256 or 512";
+  else if (!quant::fp8_decode_gpu_d_r(d_r)) why = "d_r must be 32 or 64";
   else if (page_size != 64 && page_size != 128) why = "page_size must be 64 or 128";
   else if (heads < 1 || heads > 128) why = "heads must be 1..128";
-  else if (d_c <= 256 && heads > quant::kFp8DecodeRowsPerBlock)
+  else if (quant::fp8_decode_uses_pair(rows))
     why = std::to_string(heads) + " query rows at d_c = " + std::to_string(d_c) + ": at d_c <= 256 the route takes <= " +
           std::to_string(quant::kFp8DecodeRowsPerBlock) + " (more rows go to the 128-row TPLA-slice kernel, which " +
           "reads no FP4)";
