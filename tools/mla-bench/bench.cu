@@ -15,6 +15,7 @@
 
 #include "bench.hpp"
 #include "bench_device.hpp"
+#include "capi_common.hpp"
 #include "core/error.hpp"
 #include "kernels/mla_decode.hpp"
 
@@ -91,15 +92,11 @@ std::string run_bench(const Options& o) {
   fill_bf16(cache.ptr, cache_elems, 7);
   fill_bf16(q.ptr, size_t(o.batch) * rows * dim, 8);
 
-  kernels::Bf16DecodeParams p;
-  quant::set_decode_shape(p, o.batch, o.s_q, o.heads, o.d_c, o.d_r, static_cast<int>(total_pages), o.page, max_pages,
-                          1.f / std::sqrt(192.f));
+  kernels::Bf16DecodeParams p = capi::decode_params<kernels::Bf16DecodeParams>(
+      d_table.ptr, d_seq.ptr, out.ptr, lse.as<float>(), o.batch, o.s_q, o.heads, o.d_c, o.d_r,
+      static_cast<int>(total_pages), o.page, max_pages, 1.f / std::sqrt(192.f));
   p.q = q.as<uint16_t>();
   p.kv_cache = cache.as<uint16_t>();
-  p.page_table = d_table.ptr;
-  p.seqlens = d_seq.ptr;
-  p.out = out.as<uint16_t>();
-  p.lse = lse.as<float>();
   p.variant = o.variant;
   p.num_parts = kernels::decode_parts_for_device(p);
   const size_t ws_bytes = kernels::decode_workspace_bytes_for(p);

@@ -1,8 +1,9 @@
 #pragma once
 // What the C entry points (decode_capi.cpp, fp8_capi.cpp, kv4_capi.cpp) share: the error text
-// handed back through (err, err_len), and the decode parameter block built from the C arguments
-// (quant::Bf16DecodeParams and quant::Fp8DecodeParams name their shape, paging and split fields
-// alike). Internal linkage: each shared library compiles this once and exports only its
+// handed back through (err, err_len), and the decode and append parameter blocks built from the C
+// arguments (quant::Bf16DecodeParams and quant::Fp8DecodeParams name their shape, paging and
+// split fields alike, as Fp8AppendParams and Kv4AppendParams do theirs). mla-bench's --kv mode
+// (kv_bench.cu) builds its blocks with the same helpers. Internal linkage: each shared library compiles this once and exports only its
 // extern "C" names.
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +45,26 @@ Params decode_params(const int32_t* page_table, const int32_t* seqlens, void* ou
   p.out = static_cast<uint16_t*>(out);
   p.lse = lse;
   quant::set_decode_shape(p, batch, s_q, heads, d_c, d_r, num_pages, page_size, max_pages, scale);
+  return p;
+}
+
+// An append of n_new BF16 rows per request at their positions (kernels::Fp8AppendParams and
+// Kv4AppendParams name these fields alike); the format's own fields are the caller's.
+template <typename Params>
+Params append_params(const void* kv_new, const int32_t* positions, const int32_t* page_table, void* cache, int batch,
+                     int n_new, int d_c, int d_r, int max_pages, int num_pages, int page_size) {
+  Params p;
+  p.kv_new = static_cast<const uint16_t*>(kv_new);
+  p.positions = positions;
+  p.page_table = page_table;
+  p.cache = static_cast<uint8_t*>(cache);
+  p.batch = batch;
+  p.n_new = n_new;
+  p.d_c = d_c;
+  p.d_r = d_r;
+  p.max_pages = max_pages;
+  p.num_pages = num_pages;
+  p.page_size = page_size;
   return p;
 }
 

@@ -18,18 +18,9 @@ int mla_fp8_capi_append(const void* kv_new, const int32_t* positions, const int3
                         int n_new, int d_c, int d_r, int max_pages, int num_pages, int page_size, void* stream, char* err,
                         size_t err_len) {
   return mla::capi::report_errors(err, err_len, [&] {
-    mla::kernels::Fp8AppendParams p;
-    p.kv_new = static_cast<const uint16_t*>(kv_new);
-    p.positions = positions;
-    p.page_table = page_table;
-    p.cache = static_cast<uint8_t*>(cache);
-    p.batch = batch;
-    p.n_new = n_new;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.max_pages = max_pages;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
+    const auto p = mla::capi::append_params<mla::kernels::Fp8AppendParams>(kv_new, positions, page_table, cache, batch,
+                                                                           n_new, d_c, d_r, max_pages, num_pages,
+                                                                           page_size);
     mla::kernels::fp8_cache_append(p, static_cast<cudaStream_t>(stream));
   });
 }

@@ -102,19 +102,9 @@ int mla_kv4_capi_append(int format, float c, const float* levels, const void* kv
                         const int32_t* page_table, void* cache, int batch, int n_new, int d_c, int d_r, int max_pages,
                         int num_pages, int page_size, void* stream, char* err, size_t err_len) {
   return mla::capi::report_errors(err, err_len, [&] {
-    mla::kernels::Kv4AppendParams p;
+    auto p = mla::capi::append_params<mla::kernels::Kv4AppendParams>(kv_new, positions, page_table, cache, batch, n_new,
+                                                                      d_c, d_r, max_pages, num_pages, page_size);
     p.format = kv4_format(format, levels);
-    p.kv_new = static_cast<const uint16_t*>(kv_new);
-    p.positions = positions;
-    p.page_table = page_table;
-    p.cache = static_cast<uint8_t*>(cache);
-    p.batch = batch;
-    p.n_new = n_new;
-    p.d_c = d_c;
-    p.d_r = d_r;
-    p.max_pages = max_pages;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
     p.c = c;
     if (p.format == Kv4Format::Codebook)
       for (int i = 0; i < 16; ++i) p.levels[i] = levels[i];

@@ -20,6 +20,7 @@
 
 #include "bench.hpp"
 #include "bench_device.hpp"
+#include "capi_common.hpp"
 #include "core/error.hpp"
 #include "kernels/cache_append.hpp"
 #include "kernels/fp8_append.hpp"
@@ -114,27 +115,15 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
     a.num_pages = num_pages;
     a.page_size = o.page;
     kernels::cache_append_bf16(a, nullptr);
-    // The format's append (Fp8AppendParams and Kv4AppendParams name these fields alike).
-    const auto bind_append = [&](auto& x) {
-      x.kv_new = rows_bf16;
-      x.positions = pos;
-      x.page_table = table_row;
-      x.cache = cache.as<uint8_t>();
-      x.batch = 1;
-      x.n_new = n;
-      x.d_c = o.d_c;
-      x.d_r = o.d_r;
-      x.max_pages = pb.max_pages;
-      x.num_pages = num_pages;
-      x.page_size = o.page;
+    // The format's append block (the type of `tag`) for this chunk.
+    const auto append = [&](auto tag) {
+      return capi::append_params<decltype(tag)>(rows_bf16, pos, table_row, cache.ptr, 1, n, o.d_c, o.d_r, pb.max_pages,
+                                                num_pages, o.page);
     };
     if (kv == "fp8") {
-      kernels::Fp8AppendParams f;
-      bind_append(f);
-      kernels::fp8_cache_append(f, nullptr);
+      kernels::fp8_cache_append(append(kernels::Fp8AppendParams{}), nullptr);
     } else {
-      kernels::Kv4AppendParams k;
-      bind_append(k);
+      auto k = append(kernels::Kv4AppendParams{});
       k.format = kv4_format;
       k.c = kFp4C;
       std::copy(levels, levels + 16, k.levels);
@@ -143,18 +132,13 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
   });
 
   // ---- the routes ----
-  // Shape, paging, lengths and outputs of a decode call (Bf16DecodeParams and Fp8DecodeParams
-  // name them alike); the query and cache pointers are the route's.
-  const auto bind = [&](auto& x) {
-    quant::set_decode_shape(x, o.batch, o.s_q, o.heads, o.d_c, o.d_r, num_pages, o.page, pb.max_pages,
-                            1.f / std::sqrt(192.f));
-    x.page_table = d_table.ptr;
-    x.seqlens = d_seq.ptr;
-    x.out = out.as<uint16_t>();
-    x.lse = lse.as<float>();
+  // Shape, paging, lengths and outputs of a decode call (capi::decode_params: the C entry points'
+  // blocks); the query and cache pointers are the route's.
+  const auto shaped = [&](auto tag) {
+    return capi::decode_params<decltype(tag)>(d_table.ptr, d_seq.ptr, out.ptr, lse.as<float>(), o.batch, o.s_q, o.heads,
+                                              o.d_c, o.d_r, num_pages, o.page, pb.max_pages, 1.f / std::sqrt(192.f));
   };
-  kernels::Bf16DecodeParams p;
-  bind(p);
+  kernels::Bf16DecodeParams p = shaped(kernels::Bf16DecodeParams{});
   p.q = q.as<uint16_t>();
   p.kv_cache = bf16_cache.as<uint16_t>();
   p.num_parts = kernels::decode_parts_for_device(p);
@@ -166,8 +150,7 @@ std::string run_kv_bench(const Options& o, const std::string& kv) {
   routes.push_back({"bf16", size_t(dim) * 2, true, [&] { kernels::mla_decode_bf16(p, nullptr); }});
 
   // The FP8 decode's parameters (FP8 pages, or FP4 pages on the FP8 route); workspace on first use.
-  quant::Fp8DecodeParams f;
-  bind(f);
+  quant::Fp8DecodeParams f = shaped(quant::Fp8DecodeParams{});
   f.cache = cache.as<uint8_t>();
   DeviceBytes ws_fp8;
   const auto fp8_ready = [&] {
