@@ -257,6 +257,21 @@ def _check_route(route):
                               f"(FP8 tensor cores)")
 
 
+def _check_query_shape(q, cache_seqlens, head_dim_v, dcs, drs, kernel):
+    """The query's shape and the lengths' count against what `kernel` takes (head_dim_v in dcs, the
+    RoPE width in drs); returns (batch, s_q, heads, d_r). A decode and a plan check the same."""
+    b, s_q, h, d = q.shape
+    _require(b >= 1, f"q.shape[0] (batch) = {b}: must be >= 1")
+    _require(s_q in (1, 2), f"q.shape[1] (s_q) = {s_q}: supported 1, 2 (2: the causal MTP rule)")
+    _require(1 <= h <= MAX_HEADS, f"q.shape[2] (num_heads_q) = {h}: supported 1..{MAX_HEADS}")
+    _require(isinstance(head_dim_v, numbers.Integral) and head_dim_v in dcs,
+             f"head_dim_v = {head_dim_v!r}: {kernel} takes {dcs}")
+    d_r = d - head_dim_v
+    _require(d_r in drs, f"q.shape[-1] - head_dim_v = {d} - {head_dim_v} = {d_r} (RoPE width): {kernel} takes {drs}")
+    _require(cache_seqlens.shape[0] == b, f"cache_seqlens.shape = {tuple(cache_seqlens.shape)}: must be ({b},)")
+    return b, s_q, h, d_r
+
+
 class DecodePlan:
     """The split-KV schedule of one decode step for the FP8 kernels (FlashMLA's get_mla_metadata):
     written once per step by fp8_decode_plan, read by every layer's fp8_decode_with_kvcache or
@@ -273,13 +288,12 @@ class DecodePlan:
         self.device, self.shape, self.parts, self.workspace_bytes = device, shape, parts, workspace_bytes
         self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
 
-    def _check_call(self, kv_format, q, cache_seqlens, head_dim_v, d_r):
+    def _check_call(self, kv_format, q, head_dim_v, d_r):
         b, s_q, h, _ = q.shape
         shape = (b, s_q, h, head_dim_v, d_r)
         _require(q.device == self.device, f"plan: made for {self.device}, q is on {q.device}")
         _require(shape == self.shape, f"plan: made for (batch, s_q, heads, head_dim_v, d_r) = {self.shape}, this "
                                       f"{kv_format} decode is {shape}")
-        _require(cache_seqlens.shape[0] == b, f"plan: cache_seqlens.shape = {tuple(cache_seqlens.shape)}")
 
 
 def fp8_decode_plan(q, cache_seqlens, head_dim_v):
@@ -289,15 +303,7 @@ def fp8_decode_plan(q, cache_seqlens, head_dim_v):
     fp4_decode_with_kvcache(route="fp8"): the same kernels' schedule (same shapes as those take)."""
     _check_tensor("q", q, torch.bfloat16, (4,))
     _check_tensor("cache_seqlens", cache_seqlens, torch.int32, (1,), q.device)
-    b, s_q, h, d = q.shape
-    _require(s_q in (1, 2), f"q.shape[1] (s_q) = {s_q}: supported 1, 2")
-    _require(1 <= h <= MAX_HEADS, f"q.shape[2] (num_heads_q) = {h}: supported 1..{MAX_HEADS}")
-    _require(isinstance(head_dim_v, numbers.Integral) and head_dim_v in FP8_KERNEL_D_C,
-             f"head_dim_v = {head_dim_v!r}: the FP8 kernels take {FP8_KERNEL_D_C}")
-    d_r = d - head_dim_v
-    _require(d_r in FP8_KERNEL_D_R, f"q.shape[-1] - head_dim_v = {d} - {head_dim_v} = {d_r}: the FP8 kernels take "
-                                    f"{FP8_KERNEL_D_R}")
-    _require(cache_seqlens.shape[0] == b, f"cache_seqlens.shape = {tuple(cache_seqlens.shape)}: must be ({b},)")
+    b, s_q, h, d_r = _check_query_shape(q, cache_seqlens, head_dim_v, FP8_KERNEL_D_C, FP8_KERNEL_D_R, "the FP8 kernels")
     parts, ws_bytes = _Plan.get("fp8", q.device.index, b, s_q, h, head_dim_v, d_r)
     plan = DecodePlan(q.device, (b, s_q, h, head_dim_v, d_r), parts, ws_bytes)
     cache_seqlens = cache_seqlens.contiguous()
@@ -319,17 +325,10 @@ def _check_decode(kv_format, route, q, k_cache, block_table, cache_seqlens, head
     _check_tensor("k_cache", k_cache, torch.uint8, (3, 4), dev)
     _check_tensor("block_table", block_table, torch.int32, (2,), dev)
     _check_tensor("cache_seqlens", cache_seqlens, torch.int32, (1,), dev)
-    b, s_q, h, d = q.shape
-    _require(b >= 1, f"q.shape[0] (batch) = {b}: must be >= 1")
-    _require(s_q in (1, 2), f"q.shape[1] (s_q) = {s_q}: supported 1, 2 (2: the causal MTP rule)")
-    _require(1 <= h <= MAX_HEADS, f"q.shape[2] (num_heads_q) = {h}: supported 1..{MAX_HEADS}")
     fp8_kernel = kv_format == "fp8" or route == "fp8"
     dcs, drs = (FP8_KERNEL_D_C, FP8_KERNEL_D_R) if fp8_kernel else (BF16_ROUTE_D_C, BF16_ROUTE_D_R)
     kernel = "the fp8 decode" if kv_format == "fp8" else f"the {kv_format} cache's route={route!r}"
-    _require(isinstance(head_dim_v, numbers.Integral) and head_dim_v in dcs,
-             f"head_dim_v = {head_dim_v!r}: {kernel} takes {dcs}")
-    d_r = d - head_dim_v
-    _require(d_r in drs, f"q.shape[-1] - head_dim_v = {d} - {head_dim_v} = {d_r} (RoPE width): {kernel} takes {drs}")
+    b, s_q, h, d_r = _check_query_shape(q, cache_seqlens, head_dim_v, dcs, drs, kernel)
     if kv_format == "fp4" and route == "fp8" and head_dim_v <= 256:
         _require(s_q * h <= FP4_FP8_ROUTE_MAX_ROWS_SLICE,
                  f"q.shape[1] * q.shape[2] (query rows) = {s_q} * {h} = {s_q * h}: route='fp8' takes at most "
@@ -338,9 +337,8 @@ def _check_decode(kv_format, route, q, k_cache, block_table, cache_seqlens, head
     cache = _cache_pages(kv_format, k_cache, head_dim_v, d_r, "head_dim_v")
     _require(block_table.shape[0] == b, f"block_table.shape = {tuple(block_table.shape)}: must have batch = {b} rows")
     _require(block_table.shape[1] >= 1, f"block_table.shape = {tuple(block_table.shape)}: needs >= 1 column")
-    _require(cache_seqlens.shape[0] == b, f"cache_seqlens.shape = {tuple(cache_seqlens.shape)}: must be ({b},)")
     if softmax_scale is None:
-        softmax_scale = d ** -0.5
+        softmax_scale = q.shape[-1] ** -0.5
     _require(isinstance(softmax_scale, numbers.Real) and not isinstance(softmax_scale, bool)
              and math.isfinite(softmax_scale) and softmax_scale > 0,
              f"softmax_scale = {softmax_scale!r}: must be a finite float > 0")
@@ -354,7 +352,7 @@ def _launch(kernel, kv_format, levels, q, cache, block_table, cache_seqlens, hea
         parts, ws_bytes = _Plan.get(kernel, q.device.index, b, s_q, h, head_dim_v, d_r)
         ws, mode = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device), 0  # 0: schedules itself
     else:
-        plan._check_call(kv_format, q, cache_seqlens, head_dim_v, d_r)
+        plan._check_call(kv_format, q, head_dim_v, d_r)
         parts, ws_bytes, ws, mode = plan.parts, plan.workspace_bytes, plan.workspace, 2  # 2: reads the plan
     out = torch.empty(b, s_q, h, head_dim_v, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
