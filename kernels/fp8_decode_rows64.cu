@@ -44,6 +44,7 @@ constexpr int kThreads = 512, kConsumers = 384, kRows = 64;
 // 64 (one token each); their registers, and warpgroup 0's (the rest of the SM's 64K).
 constexpr int kConvFirst = 384, kConvShares = 2, kConvWarps = 2 * kConvShares;
 constexpr int kProdRegsFp4 = 40, kWg0RegsFp4 = 512 - 2 * 176 - kProdRegsFp4;
+static_assert(kWg0RegsFp4 <= 128, "warpgroup 0's FP4 register count is set with setmaxnreg.dec");
 
 template <int DC, int DR, bool FP4 = false>
 struct RCfg {
@@ -136,7 +137,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   int it = 0;
   if (wg == 0) {
-    if constexpr (FP4) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWg0RegsFp4) : "memory");
+    // (FP4: 120 is below the launch's 128, so a decrease: .inc to fewer is an illegal instruction)
+    if constexpr (FP4) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWg0RegsFp4) : "memory");
     else asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
       const int L = p.seqlens[b];

@@ -38,6 +38,7 @@ for rep in 1 2; do
 done
 echo "A/B done $(( $(date +%s) - T0 )) s"
 wait $PEER_PID
+export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 for v in new base; do
   B=/tmp/b; [ $v = base ] && B=/tmp/bb
   L=$(find $B -name "libmla_kv4_capi.so" | head -1)
