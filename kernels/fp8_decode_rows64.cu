@@ -57,14 +57,14 @@ struct RCfg {
   static constexpr uint32_t kSmall = 4 * kRows * 4;  // gamma [2][64], fin [64][2] floats
   static constexpr size_t kFixed = 1024 + kQ8 + kQR + 2 * kP + kSmall;
   // FP8: as many stages as fit (each needs 16 bytes of barriers and 4 of valid count), at most 6.
-  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 three FP8 stages and one raw stage fit
-  // (the copy of tile i + 1 has the P.V of a tile to land in; two FP8 and three raw stages: 5-7%
-  // slower).
+  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 two FP8 stages and three raw ones
+  // (the converting producer then has copies in flight while it converts; with three FP8 stages
+  // and one raw stage each copy waited for the previous tile's conversion: 40% slower).
   static constexpr uint32_t kRawStage = FP4 ? 64 * (DC / 2 + DC / 32 + 2 * DR) : 0;
-  static constexpr int kR = FP4 ? (DC == 512 ? 1 : 4) : 0;
+  static constexpr int kR = FP4 ? (DC == 512 ? 3 : 4) : 0;
   static constexpr size_t kRawBytes = FP4 ? 128 + kR * (kRawStage + 20) : 0;
   static constexpr int kFit = static_cast<int>((detail::kMaxSmemPerBlock - kFixed - kRawBytes) / (kStage + 20));
-  static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (kFit < 6 ? kFit : 6);
+  static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (kFit < 6 ? kFit : 6);
   static_assert(kS >= 2 && kS <= kFit, "fp8 64-row kernel: fewer than two ring stages fit");
   static constexpr size_t smem() { return kFixed + kS * (kStage + 20) + kRawBytes; }
   static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 64-row kernel: shared memory over the limit");

@@ -30,7 +30,7 @@ echo "base built $(( $(date +%s) - T0 )) s"
 for rep in 1 2; do
   for v in base new; do
     B=/tmp/b; [ $v = base ] && B=/tmp/bb
-    for args in "--heads 128 --seqlen 8192" "--heads 128 --seqlen 32768" "--heads 64 --seqlen 8192" "--heads 64 --sq 2 --seqlen 8192" "--heads 16 --seqlen 8192"; do
+    for args in "--heads 128 --seqlen 8192" "--heads 128 --seqlen 32768" "--heads 64 --seqlen 8192" "--heads 64 --sq 2 --seqlen 8192" "--heads 128 --dc 256 --seqlen 8192" "--heads 16 --seqlen 8192"; do
       echo "== $v rep $rep: $args"
       timeout 120 $B/tools/mla-bench/mla-bench --runs 30 --no-ceilings --kv fp4 $args 2>&1 | grep -E "^  (fp4|bf16)"
     done
