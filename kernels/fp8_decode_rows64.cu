@@ -14,13 +14,13 @@
 //        vt_fragments_ldsm, pv_rescale, pv_mma_ks), one 32-token k-step's fragments at a time;
 //   warpgroup 3: one thread issues the bulk copies into the stage ring (4 stages at d_c = 512).
 // With an FP4 cache (the FP8-tensor-core route of the 4-bit decode, kernels/fp4_to_fp8.cuh) that
-// thread copies FP4 tiles into a raw ring and the whole producer warpgroup rewrites each as the
-// FP8 stage, tile after tile, each as soon as its stage is free: the conversion is off both
-// consumer chains (warpgroup 0's S + softmax, the P.V warps'; the P.V warps converting after
-// their P.V was 29% slower than FP8 pages at H = 128; docs/gpu-notes.md, session 12).
+// thread copies FP4 tiles into a raw ring and warpgroups 1-2 rewrite each as the FP8 stage: after
+// their P.V of tile it, tile it + kS into the stage it left, so warpgroup 0 finds each stage
+// converted a whole ring ahead (converting before the P.V, one stage ahead, kept warpgroup 0
+// waiting for the stage: 5-7% slower; docs/gpu-notes.md). Warpgroup 0 converts nothing: its S +
+// softmax chain is the one the others wait on; warpgroup 3 has no registers to spare (24).
 // Registers (setmaxnreg): 136 for warpgroup 0, 176 for each P.V warpgroup (128 accumulators; at
-// 168 ptxas serialises their wgmmas), 24 for the producer: the 64K of the SM exactly. With an
-// FP4 cache the converting producer takes kProdRegsFp4 and warpgroup 0 the rest.
+// 168 ptxas serialises their wgmmas), 24 for the producer: the 64K of the SM exactly.
 // Numerics: the rounding points of the twin (quant/fp8_decode_twin) and of the narrow kernel:
 // logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
 // sigma = amax / 448 (bounded below: quant::fp8_block_scale), O and l in units of the current sigma.
@@ -40,11 +40,8 @@ namespace mla::kernels::fp8 {
 namespace {
 
 constexpr int kThreads = 512, kConsumers = 384, kRows = 64;
-// FP4: the converting threads (the producer warpgroup, thread 384 also the copier), in shares of
-// 64 (one token each); their registers, and warpgroup 0's (the rest of the SM's 64K).
-constexpr int kConvFirst = 384, kConvShares = 2, kConvWarps = 2 * kConvShares;
-constexpr int kProdRegsFp4 = 40, kWg0RegsFp4 = 512 - 2 * 176 - kProdRegsFp4;
-static_assert(kWg0RegsFp4 <= 128, "warpgroup 0's FP4 register count is set with setmaxnreg.dec");
+// FP4: the converting threads (warpgroups 1-2), in shares of 64 (one token each).
+constexpr int kConvFirst = 128, kConvShares = 4, kConvWarps = 2 * kConvShares;
 
 template <int DC, int DR, bool FP4 = false>
 struct RCfg {
@@ -57,14 +54,14 @@ struct RCfg {
   static constexpr uint32_t kSmall = 4 * kRows * 4;  // gamma [2][64], fin [64][2] floats
   static constexpr size_t kFixed = 1024 + kQ8 + kQR + 2 * kP + kSmall;
   // FP8: as many stages as fit (each needs 16 bytes of barriers and 4 of valid count), at most 6.
-  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 two FP8 stages and three raw ones
-  // (the converting producer then has copies in flight while it converts; with three FP8 stages
-  // and one raw stage each copy waited for the previous tile's conversion: 40% slower).
+  // FP4: raw FP4 tiles beside the FP8 stages; at d_c = 512 three FP8 stages and one raw stage fit
+  // (the copy of tile i + 1 has the P.V of a tile to land in; two FP8 and three raw stages: 5-7%
+  // slower).
   static constexpr uint32_t kRawStage = FP4 ? 64 * (DC / 2 + DC / 32 + 2 * DR) : 0;
-  static constexpr int kR = FP4 ? (DC == 512 ? 3 : 4) : 0;
+  static constexpr int kR = FP4 ? (DC == 512 ? 1 : 4) : 0;
   static constexpr size_t kRawBytes = FP4 ? 128 + kR * (kRawStage + 20) : 0;
   static constexpr int kFit = static_cast<int>((detail::kMaxSmemPerBlock - kFixed - kRawBytes) / (kStage + 20));
-  static constexpr int kS = FP4 ? (DC == 512 ? 2 : 4) : (kFit < 6 ? kFit : 6);
+  static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (kFit < 6 ? kFit : 6);
   static_assert(kS >= 2 && kS <= kFit, "fp8 64-row kernel: fewer than two ring stages fit");
   static constexpr size_t smem() { return kFixed + kS * (kStage + 20) + kRawBytes; }
   static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 64-row kernel: shared memory over the limit");
@@ -102,21 +99,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rows = p.s_q * p.heads;
   const int row0 = blockIdx.x * kRows;
 
-  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + converters (FP4 cache) ----
-    if constexpr (FP4) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProdRegsFp4) : "memory");
-      Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
-      const int n = part_tiles(p, in);
-      for (int i = 0; i < n; ++i) {
-        if (threadIdx.x == kConvFirst) prod.until(i + C::kR);
-        __syncwarp();  // reconverge the copying warp, or it converts the tile twice (31 lanes, then 1)
-        convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
-                                                      gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
-                                                      (threadIdx.x - kConvFirst) / 64);
-      }
-    } else {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-      if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
+  if (warp >= 12) {  // ---- producer ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (warp == 12 && lane == 0) {
+      if constexpr (FP4) Fp4RawProducer<DC, DR, C::kR>(p, in, sRaw, rbar, rValid).until(INT_MAX);
+      else produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
     }
     return;
   }
@@ -137,9 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   int it = 0;
   if (wg == 0) {
-    // (FP4: 120 is below the launch's 128, so a decrease: .inc to fewer is an illegal instruction)
-    if constexpr (FP4) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWg0RegsFp4) : "memory");
-    else asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
       const int L = p.seqlens[b];
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
@@ -204,6 +189,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::named_bar_sync(kBarFree + 1, kConsumers);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
+    // FP4: tile i of the part from the raw ring into its FP8 stage: tiles 0 .. kS - 1 first, then
+    // tile it + kS after the P.V of tile it (which both consumer roles have released by then).
+    auto convert_tile = [&](int i) {
+      if constexpr (FP4)
+        convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                                      gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
+                                                      (threadIdx.x - kConvFirst) / 64);
+    };
+    const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
+    if constexpr (FP4)
+      for (int i = 0; i < S && i < fp4_tiles; ++i) convert_tile(i);
     int split = in[4];
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(p.seqlens[b], kT);
@@ -244,6 +240,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
+        if constexpr (FP4)  // into the stage this tile left
+          if (it + S < fp4_tiles) convert_tile(it + S);
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
