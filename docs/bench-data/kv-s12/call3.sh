@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 12, call 3 (nvidia-h200, carry .carry .peer): Nsight Compute on the reverted experiment
-# (.carry/prod.patch = the producer-side FP4 conversion of d41fa75 applied to the tree) and on the
+# (.carry/prod.patch = git diff 19b8b4a d41fa75 -- kernels/fp8_decode_rows64.cu: the producer-side FP4 conversion) and on the
 # kept kernel, the 64-row FP8-route kernel at FP4 H = 64 8K (peer_kv4.py's first fp4rows shape):
 # warp-state statistics and per-SASS-line stall samples, to see why four producer warps converted
 # at half the rate of the eight P.V warps (docs/gpu-notes.md, session 12).
