@@ -4,8 +4,8 @@
 # fp8-route GPU tests, then an A/B in alternated processes (base = the tree with the patch
 # reversed) with mla-bench --kv fp4, then peer_kv4.py --suite fp4rows (FlashMLA in the same
 # process) for both libraries. Prediction: docs/gpu-notes.md, session 12.
-# To rerun: git diff a73c8a5~1 d41fa75 -- kernels > .carry/fp4prod.patch (a73c8a5: 3 FP8 + 1 raw stage, as call 1;
-# d41fa75: 2 FP8 + 3 raw, as call 2), on a tree without the change (it was reverted in 6a89c1f).
+# To rerun: git diff a73c8a5~1 <rev> -- kernels > .carry/fp4prod.patch, rev = 1ad526c (3 FP8 + 1 raw stage:
+# call 1) or d41fa75 (2 FP8 + 3 raw: call 2), on a tree without the change (reverted in 6a89c1f).
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
 mkdir -p "$OUT"
