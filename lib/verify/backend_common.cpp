@@ -58,6 +58,12 @@ void check_kv4_route(const std::string& format, Kv4Route route) {
                    (route == Kv4Route::Fp8 ? "fp4" : "fp4 or codebook") + " only (got --kv " + format + ")");
 }
 
+Kv4Route checked_kv4_route(const std::string& kv, const std::string& route_name) {
+  const Kv4Route route = parse_kv4_route(route_name);
+  if (route != Kv4Route::Bf16 || transform::is_kv4_format(kv)) check_kv4_route(kv, route);
+  return route;
+}
+
 void check_kv4_fp8_route_shape(int heads, int d_c, int d_r, int page_size) {
   const std::string shape = "heads = " + std::to_string(heads) + ", d_c = " + std::to_string(d_c) +
                             ", d_r = " + std::to_string(d_r) + ", page_size = " + std::to_string(page_size);

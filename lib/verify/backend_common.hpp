@@ -103,6 +103,9 @@ size_t kv4_page_bytes(const std::string& format, int page_size, int d_c, int d_r
 // InputError unless `format` (a --kv name) has the route: bf16 for fp4 and codebook, fp8 for fp4
 // only (the codebook has no FP8 route; other formats no route at all).
 void check_kv4_route(const std::string& format, Kv4Route route);
+// The --kv4-route given with a --kv: parsed (InputError for an unknown name) and, where it
+// applies (a 4-bit format, or any route but bf16), checked with check_kv4_route.
+Kv4Route checked_kv4_route(const std::string& kv, const std::string& route_name);
 // InputError naming the shape unless the fp8 route has a GPU kernel for it (kernels/fp8_decode.hpp,
 // fp8_decode_fp4_cache_bf16q): d_c 128, 256 or 512, d_r 32 or 64, pages of 64 or 128 tokens, and
 // heads (s_q = 1 rows) <= 64 at d_c <= 256 (more rows there take the 128-row TPLA-slice kernel,

@@ -137,8 +137,7 @@ double kv_cos_tolerance(const std::string& kv, double user_bound, const std::str
 std::unique_ptr<DecodeBackend> make_kv_backend(const std::string& device, const std::string& kv,
                                                const transform::Kv4Params* kv4, const std::string& kv4_route) {
   if (device != "cpu" && device != "cuda") throw InputError("--device must be cpu or cuda, got '" + device + "'");
-  const Kv4Route route = parse_kv4_route(kv4_route);
-  if (route != Kv4Route::Bf16 || transform::is_kv4_format(kv)) check_kv4_route(kv, route);
+  const Kv4Route route = checked_kv4_route(kv, kv4_route);
   if (kv == "bf16") return device == "cuda" ? make_cuda_backend() : make_cpu_backend();
   if (transform::is_kv4_format(kv)) {
     if (!kv4 || kv4->format != kv)

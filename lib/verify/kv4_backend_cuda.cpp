@@ -58,14 +58,14 @@ class CudaKv4Backend final : public Kv4BackendBase<Kv4Cache> {
               float scale, std::vector<uint16_t>& out, std::vector<float>& lse) override {
     Cache& c = caches_.at(cache);
     const bool bf16 = layer_params(c).protect_bf16;
-    if (route_ == Kv4Route::Fp8 && !bf16) {
-      check_kv4_fp8_route_shape(heads, d_c, d_r, c.shape.page_size);
-      flush(c, d_c, d_r);
+    const bool fp8 = route_ == Kv4Route::Fp8 && !bf16;
+    if (fp8) check_kv4_fp8_route_shape(heads, d_c, d_r, c.shape.page_size);
+    flush(c, d_c, d_r);
+    if (fp8) {
       decode_fp8_cuda(step_, c.shape, c.bytes.ptr, c.page_table.ptr, /*fp4_pages=*/true, q, heads, d_c, d_r, seqlens,
                       scale, out, lse, "fp4 decode (fp8 route)");
       return;
     }
-    flush(c, d_c, d_r);
     const size_t n_out = size_t(c.shape.batch) * heads * d_c, n_lse = size_t(c.shape.batch) * heads;
     step_.upload_decode(q, seqlens, n_out, n_lse);
     quant::Bf16DecodeParams p = decode_params(c.shape, heads, d_c, d_r, scale);

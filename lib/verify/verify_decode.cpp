@@ -456,8 +456,7 @@ VerifyReport verify_decode(const VerifyOptions& o) {
       throw InputError("--no-kernel runs the float64 path only: it cannot be combined with " + clash);
   }
   if (o.kv != "bf16" && o.dcp) throw InputError("--kv " + o.kv + " with --dcp: DCP ranks hold the bf16 cache only");
-  if (o.kv4_route != "bf16" || transform::is_kv4_format(o.kv))
-    check_kv4_route(o.kv, parse_kv4_route(o.kv4_route));  // before any file is read
+  checked_kv4_route(o.kv, o.kv4_route);  // before any file is read
 
   const io::Checkpoint orig = io::Checkpoint::open(o.original);
   const MlaConfig& cfg = orig.config();
