@@ -2,9 +2,10 @@
 // blocks, 64-token tiles, the two consumer warpgroups splitting the d_c output columns.
 // FlashMLA's division of work (its first version): warpgroup 0 computes the whole
 // S = Q K^T of a 64-token tile (wgmma m64n64k16, Q and K from shared memory), runs the online
-// softmax and writes P (bf16, the wgmma K-major swizzled layout) and the per-row rescale factor
-// to shared memory; then both warpgroups issue O += P V for their half of the d_c output
-// columns (wgmma m64n(d_c/2)k16, A = P and B = V from shared memory) and do not wait for it:
+// softmax, issues O += P V for its half of the d_c output columns with P from registers (wgmma
+// m64n(d_c/2)k16 RS, B = V from shared memory), then writes P (bf16, the wgmma K-major swizzled
+// layout) and the per-row rescale factor to shared memory, from where warpgroup 1 issues its
+// half (A = P from shared memory). Neither waits for its P.V:
 // warpgroup 0's S of the next tile queues behind the two P.V on the tensor cores. No fp32 S
 // exchange, two named barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns
 // x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
@@ -121,8 +122,22 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
     for (int ti = t; ti < stop; ++ti, ++it) {
-      const int stage = it % S;
-      const uint32_t tile = sK + stage * stage_bytes;
+      const uint32_t tile_v = sK + (it % S) * stage_bytes + wg * (DC / 128) * 8192;  // this warpgroup's V columns
+      // O = O * alpha + P V over this warpgroup's d_c / 2 columns, issued as one commit group
+      // (not waited for); mma(ks, dv) issues k-step ks with V's descriptor dv.
+      auto rescale_and_issue_pv = [&](const float (&alpha_)[2], auto mma) {
+        if (alpha_[0] != 1.f || alpha_[1] != 1.f) {
+#pragma unroll
+          for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha_[(i >> 1) & 1];
+        }
+#pragma unroll
+        for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
+        gmma::fence();
+        const uint64_t dv0 = gmma_desc(tile_v, 8192, 1024);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) mma(ks, gmma_desc_at(dv0, ks * 2048));
+        gmma::commit();
+      };
       float alpha[2] = {1.f, 1.f};
       if (wg == 0) {
         const int j0 = ti * kTileTokens;
@@ -133,14 +148,35 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         pending = -1;
         compute_s64_dc<DC>(sv, sQ, wait_tile(it, ti), nk);
         softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+        // P as wgmma A fragments (one per 16-token k-step): this warpgroup's P.V is issued from
+        // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
+        // while P is stored.
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          const int n0 = 2 * ks, n1 = 2 * ks + 1;
+          pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+          pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+          pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+          pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+        rescale_and_issue_pv(alpha, [&](int ks, uint64_t dv) {
+          if constexpr (C::kNHalf == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
+          else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
+          else gmma::wgmma_rs_n64(acc, pa[ks], dv);
+        });
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = lrow[h];
-            const uint32_t v = pack_bf16(sv[n * 4 + 2 * h], sv[n * 4 + 2 * h + 1]);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq), "r"(v)
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq),
+                         "r"(pa[n >> 1][(n & 1) * 2 + h])
                          : "memory");
           }
         if (tq == 0) {
@@ -159,25 +195,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         named_bar_sync(4, 256);  // P, the row factors and the zeroed tail rows are visible
         alpha[0] = sScale[lrow[0]];
         alpha[1] = sScale[lrow[1]];
+        const uint64_t dp0 = gmma_desc(sP, 16, 1024);
+        rescale_and_issue_pv(alpha, [&](int ks, uint64_t dv) {
+          const uint64_t da = gmma_desc_at(dp0, ks * 32);
+          if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
+          else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
+          else gmma::wgmma_ss_n64_tb(acc, da, dv);
+        });
       }
-      // ---- O = O * alpha + P V over this warpgroup's d_c / 2 columns ----
-      if (alpha[0] != 1.f || alpha[1] != 1.f) {
-#pragma unroll
-        for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha[(i >> 1) & 1];
-      }
-#pragma unroll
-      for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
-      gmma::fence();
-      const uint64_t dp0 = gmma_desc(sP, 16, 1024), dv0 = gmma_desc(tile + wg * (DC / 128) * 8192, 8192, 1024);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t da = gmma_desc_at(dp0, ks * 32);
-        const uint64_t dv = gmma_desc_at(dv0, ks * 2048);
-        if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
-        else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
-        else gmma::wgmma_ss_n64_tb(acc, da, dv);
-      }
-      gmma::commit();
       pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
     }
     // ---- epilogue ----
