@@ -59,8 +59,8 @@ __device__ __forceinline__ void compute_s64_dc(float (&sv)[32], uint32_t sq, uin
 // The running-max step of an online softmax for a thread's two rows (each row spread over the 4
 // threads of a quad): tmax holds this thread's part of the tile's row maxima. Reduces it over the
 // quad, updates m_run, and gives alpha = exp2(old m - new m) (the factor for O and l) and m_use,
-// the max the tile's exponentials subtract (0 for a row still all -inf). exp2fn: exp2f on the
-// BF16 paths, ex2.approx.ftz on the FP8 ones.
+// the max the tile's exponentials subtract (0 for a row still all -inf). exp2fn: ex2.approx.ftz
+// (ex2_ftz) on the wgmma paths, BF16 and FP8.
 template <class Exp2>
 __device__ __forceinline__ void row_max_step(float (&tmax)[2], float (&m_run)[2], float (&m_use)[2],
                                              float (&alpha)[2], Exp2 exp2fn) {
@@ -102,11 +102,11 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
     }
   }
   float m_use[2];
-  row_max_step(tmax, m_run, m_use, alpha, [](float x) { return exp2f(x); });
+  row_max_step(tmax, m_run, m_use, alpha, [](float x) { return ex2_ftz(x); });
   float lsum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
-    const float pv = exp2f(sv[i] - m_use[(i >> 1) & 1]);
+    const float pv = ex2_ftz(sv[i] - m_use[(i >> 1) & 1]);
     lsum[(i >> 1) & 1] += pv;
     sv[i] = pv;
   }
