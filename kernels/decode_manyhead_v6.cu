@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const uint32_t sQ = base;
   const uint32_t sK = sQ + nblk * 8192;
   const uint32_t sP = sK + S * stage_bytes;
-  float* sScale = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] alpha of the tile
+  float* sScale = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] alpha of the tile (barrier 6)
   float* sInvL = sScale + 64;                                            // [64] 1 / l (epilogue)
   float* sLse = sInvL + 64;                                              // [64] (epilogue)
   const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
@@ -123,13 +123,16 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     };
     for (int ti = t; ti < stop; ++ti, ++it) {
       const uint32_t tile_v = sK + (it % S) * stage_bytes + wg * (DC / 128) * 8192;  // this warpgroup's V columns
-      // O = O * alpha + P V over this warpgroup's d_c / 2 columns, issued as one commit group
-      // (not waited for); mma(ks, dv) issues k-step ks with V's descriptor dv.
-      auto rescale_and_issue_pv = [&](const float (&alpha_)[2], auto mma) {
+      // O = O * alpha (this warpgroup's P.V of the previous tile is complete).
+      auto rescale = [&](const float (&alpha_)[2]) {
         if (alpha_[0] != 1.f || alpha_[1] != 1.f) {
 #pragma unroll
           for (int i = 0; i < C::kOReg; ++i) acc[i] *= alpha_[(i >> 1) & 1];
         }
+      };
+      // O += P V over this warpgroup's d_c / 2 columns, issued as one commit group (not waited
+      // for); mma(ks, dv) issues k-step ks with V's descriptor dv.
+      auto issue_pv = [&](auto mma) {
 #pragma unroll
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         gmma::fence();
@@ -147,7 +150,17 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         if (pending >= 0) release(pending);
         pending = -1;
         compute_s64_dc<DC>(sv, sQ, wait_tile(it, ti), nk);
-        softmax_tile(sv, j0, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
+        float m_use[2];
+        softmax_max(sv, j0, L, lim_off, tq, scale_log2, m_run, m_use, alpha);
+        // The rows' factors go to warpgroup 1 as soon as they are known, so that both
+        // warpgroups rescale O while this one computes the exponentials.
+        if (tq == 0) {
+          sScale[lrow[0]] = alpha[0];
+          sScale[lrow[1]] = alpha[1];
+        }
+        named_bar_arrive(6, 256);
+        rescale(alpha);
+        softmax_exp(sv, m_use, alpha, l_run);
         // P as wgmma A fragments (one per 16-token k-step): this warpgroup's P.V is issued from
         // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
         // while P is stored.
@@ -164,7 +177,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
           for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-        rescale_and_issue_pv(alpha, [&](int ks, uint64_t dv) {
+        issue_pv([&](int ks, uint64_t dv) {
           if constexpr (C::kNHalf == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
           else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
           else gmma::wgmma_rs_n64(acc, pa[ks], dv);
@@ -179,10 +192,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                          "r"(pa[n >> 1][(n & 1) * 2 + h])
                          : "memory");
           }
-        if (tq == 0) {
-          sScale[lrow[0]] = alpha[0];
-          sScale[lrow[1]] = alpha[1];
-        }
         fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
         named_bar_sync(4, 256);
       } else {
@@ -191,12 +200,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         if (pending >= 0) release(pending);
         pending = -1;
-        named_bar_sync(3, 256);
-        named_bar_sync(4, 256);  // P, the row factors and the zeroed tail rows are visible
+        named_bar_sync(6, 256);  // the tile's row factors are in shared memory
         alpha[0] = sScale[lrow[0]];
         alpha[1] = sScale[lrow[1]];
+        rescale(alpha);
+        named_bar_sync(3, 256);
+        named_bar_sync(4, 256);  // P and the zeroed tail rows are visible
         const uint64_t dp0 = gmma_desc(sP, 16, 1024);
-        rescale_and_issue_pv(alpha, [&](int ks, uint64_t dv) {
+        issue_pv([&](int ks, uint64_t dv) {
           const uint64_t da = gmma_desc_at(dp0, ks * 32);
           if constexpr (C::kNHalf == 256) gmma::wgmma_ss_n256_tb(acc, da, dv);
           else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);

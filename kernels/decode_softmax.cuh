@@ -78,11 +78,12 @@ __device__ __forceinline__ void row_max_step(float (&tmax)[2], float (&m_run)[2]
 
 // Online softmax of one tile of S held as NV accumulators (wgmma m64n(NV/2) layout: this
 // thread's rows g and g + 8 of its warp's 16, columns 8 n + 2 tq + {0, 1}, tile columns from
-// token j0): scale into base 2, causal/length mask, running max/sum update (rows live in one
-// quad); sv becomes P (fp32), alpha the factor for O.
+// token j0), in two steps so that a caller can rescale O between them:
+// softmax_max: scale into base 2, causal/length mask, running max update (rows live in one quad);
+// alpha becomes the factor for O and l, m_use the max the exponentials subtract.
 template <int NV>
-__device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, const int (&lim_off)[2], int tq,
-                                             float scale_log2, float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+__device__ __forceinline__ void softmax_max(float (&sv)[NV], int j0, int L, const int (&lim_off)[2], int tq,
+                                            float scale_log2, float (&m_run)[2], float (&m_use)[2], float (&alpha)[2]) {
   const float neg_inf = -__int_as_float(0x7f800000);
   float tmax[2] = {neg_inf, neg_inf};
   if (j0 + 2 * NV <= L - max(lim_off[0], lim_off[1])) {  // no key of the tile is masked for either row
@@ -101,8 +102,12 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
       tmax[h] = fmaxf(tmax[h], x);
     }
   }
-  float m_use[2];
   row_max_step(tmax, m_run, m_use, alpha, [](float x) { return ex2_ftz(x); });
+}
+// softmax_exp: sv becomes P (fp32) and l_run = l_run alpha + this tile's row sums (per thread).
+template <int NV>
+__device__ __forceinline__ void softmax_exp(float (&sv)[NV], const float (&m_use)[2], const float (&alpha)[2],
+                                            float (&l_run)[2]) {
   float lsum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
@@ -112,6 +117,14 @@ __device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, con
   }
   l_run[0] = l_run[0] * alpha[0] + lsum[0];
   l_run[1] = l_run[1] * alpha[1] + lsum[1];
+}
+// Both steps.
+template <int NV>
+__device__ __forceinline__ void softmax_tile(float (&sv)[NV], int j0, int L, const int (&lim_off)[2], int tq,
+                                             float scale_log2, float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  float m_use[2];
+  softmax_max(sv, j0, L, lim_off, tq, scale_log2, m_run, m_use, alpha);
+  softmax_exp(sv, m_use, alpha, l_run);
 }
 
 }  // namespace mla::kernels::detail
