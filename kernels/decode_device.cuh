@@ -93,6 +93,19 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+// A 64 x 64 tile held as wgmma m64n64 fp32 accumulators (this thread's rows g / g + 8, columns
+// 8 n + 2 tq + {0, 1}) as bf16 A fragments of the four k16 steps (the mma.sync m16n8k16 A layout
+// per warp): P of a softmax tile, for O += P V with P from registers.
+__device__ __forceinline__ void pack_p_fragments(const float (&sv)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const int n0 = 2 * ks, n1 = 2 * ks + 1;
+    pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
+    pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
+    pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
+    pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
+  }
+}
 
 // Programmatic dependent launch: a kernel launched with the PDL attribute may start while the
 // previous kernel in the stream runs; griddep_wait() blocks until that kernel has completed and

@@ -165,14 +165,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
         // while P is stored.
         uint32_t pa[4][4];
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const int n0 = 2 * ks, n1 = 2 * ks + 1;
-          pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
-          pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
-          pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
-          pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
-        }
+        pack_p_fragments(sv, pa);
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
 #pragma unroll

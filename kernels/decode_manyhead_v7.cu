@@ -124,14 +124,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 #pragma unroll
       for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
       softmax_tile(sv, ti_ * kTileTokens, L, lim_off, tq, scale_log2, m_run, l_run, alpha);
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const int n0 = 2 * ks, n1 = 2 * ks + 1;
-        pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
-        pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
-        pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
-        pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
-      }
+      pack_p_fragments(sv, pa);
     };
     // The first tile's S on its own turn (a segment always has a tile unless L = 0).
     if (t < stop) {

@@ -41,7 +41,7 @@ using detail::mbar_arrive;
 using detail::mbar_arrive_expect_tx;
 using detail::mbar_init;
 using detail::mbar_wait;
-using detail::pack_bf16;
+using detail::pack_p_fragments;
 using detail::smem_u32;
 
 constexpr int kDqk = 192, kDv = 128;
@@ -224,14 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // P (bf16) as A fragments and O rescaled: only once this warpgroup's previous P.V is complete.
   auto pack_and_rescale = [&](const float (&alpha)[2]) {
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      const int n0 = 2 * ks, n1 = 2 * ks + 1;
-      pa[ks][0] = pack_bf16(sv[n0 * 4 + 0], sv[n0 * 4 + 1]);
-      pa[ks][1] = pack_bf16(sv[n0 * 4 + 2], sv[n0 * 4 + 3]);
-      pa[ks][2] = pack_bf16(sv[n1 * 4 + 0], sv[n1 * 4 + 1]);
-      pa[ks][3] = pack_bf16(sv[n1 * 4 + 2], sv[n1 * 4 + 3]);
-    }
+    pack_p_fragments(sv, pa);
     // Once the running max of both rows stops moving (most tiles after the first few), alpha is
     // exactly 1 and the 64 multiplies would change nothing: skipped.
     if (alpha[0] != 1.f || alpha[1] != 1.f) {
