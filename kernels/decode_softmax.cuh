@@ -3,6 +3,7 @@
 // online softmax of a tile of S held in wgmma accumulators (the rounding points of the twin).
 #include "kernels/decode_device.cuh"
 #include "kernels/wgmma_ops.cuh"
+#include "quant/decode_twin_bf16.hpp"
 
 namespace mla::kernels::detail {
 
@@ -61,15 +62,17 @@ __device__ __forceinline__ void compute_s64_dc(float (&sv)[32], uint32_t sq, uin
 // quad, updates m_run, and gives alpha = exp2(old m - new m) (the factor for O and l) and m_use,
 // the max the tile's exponentials subtract (0 for a row still all -inf). exp2fn: ex2.approx.ftz
 // (ex2_ftz) on the wgmma paths, BF16 and FP8.
+// slack > 0 (log2 units; the BF16 wgmma paths, quant::kDecodeMaxSlack): the running max moves only
+// when the tile's max exceeds it by more than slack, so most tiles keep alpha = 1 exactly.
 template <class Exp2>
 __device__ __forceinline__ void row_max_step(float (&tmax)[2], float (&m_run)[2], float (&m_use)[2],
-                                             float (&alpha)[2], Exp2 exp2fn) {
+                                             float (&alpha)[2], Exp2 exp2fn, float slack = 0.f) {
   const float neg_inf = -__int_as_float(0x7f800000);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
     tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
-    const float m_new = fmaxf(m_run[h], tmax[h]);
+    const float m_new = slack > 0.f ? (tmax[h] > m_run[h] + slack ? tmax[h] : m_run[h]) : fmaxf(m_run[h], tmax[h]);
     m_use[h] = (m_new == neg_inf) ? 0.f : m_new;
     alpha[h] = exp2fn(m_run[h] - m_use[h]);
     m_run[h] = m_new;
@@ -79,8 +82,9 @@ __device__ __forceinline__ void row_max_step(float (&tmax)[2], float (&m_run)[2]
 // Online softmax of one tile of S held as NV accumulators (wgmma m64n(NV/2) layout: this
 // thread's rows g and g + 8 of its warp's 16, columns 8 n + 2 tq + {0, 1}, tile columns from
 // token j0), in two steps so that a caller can rescale O between them:
-// softmax_max: scale into base 2, causal/length mask, running max update (rows live in one quad);
-// alpha becomes the factor for O and l, m_use the max the exponentials subtract.
+// softmax_max: scale into base 2, causal/length mask, running max update with the wgmma paths'
+// slack (rows live in one quad; quant::DecodeTileConfig::max_slack, the twin's rule); alpha becomes
+// the factor for O and l, m_use the max the exponentials subtract.
 template <int NV>
 __device__ __forceinline__ void softmax_max(float (&sv)[NV], int j0, int L, const int (&lim_off)[2], int tq,
                                             float scale_log2, float (&m_run)[2], float (&m_use)[2], float (&alpha)[2]) {
@@ -102,7 +106,7 @@ __device__ __forceinline__ void softmax_max(float (&sv)[NV], int j0, int L, cons
       tmax[h] = fmaxf(tmax[h], x);
     }
   }
-  row_max_step(tmax, m_run, m_use, alpha, [](float x) { return ex2_ftz(x); });
+  row_max_step(tmax, m_run, m_use, alpha, [](float x) { return ex2_ftz(x); }, quant::kDecodeMaxSlack);
 }
 // softmax_exp: sv becomes P (fp32) and l_run = l_run alpha + this tile's row sums (per thread).
 template <int NV>

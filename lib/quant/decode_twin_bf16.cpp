@@ -28,7 +28,7 @@ struct SplitResult {
   std::vector<float> lse;  // [rows]
 };
 
-SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile_end, int tile) {
+SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile_end, int tile, float max_slack) {
   const int rows = p.s_q * p.heads;
   const int dim = p.d_c + p.d_r;
   const int L = p.seqlens[b];
@@ -70,7 +70,7 @@ SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile
         x2[jj] = s * scale_log2;
         tmax = std::max(tmax, x2[jj]);
       }
-      const float m_new = std::max(m, tmax);
+      const float m_new = (tmax > m + max_slack) ? tmax : m;  // max_slack 0: std::max(m, tmax)
       const float m_use = (m_new == kNegInf) ? 0.f : m_new;  // all masked so far: avoid inf - inf
       const float alpha = exp2f(m - m_use);
       float tile_sum = 0.f;
@@ -162,7 +162,7 @@ void decode_twin_bf16(const Bf16DecodeParams& p) {
     int b = in[0], t = in[1], split = in[4];
     while (b < in[2] || (b == in[2] && t < in[3])) {
       const int stop = (b == in[2]) ? in[3] : decode_tiles(p.seqlens[b], cfg.tile_tokens);
-      SplitResult r = run_split(p, b, t, stop, cfg.tile_tokens);
+      SplitResult r = run_split(p, b, t, stop, cfg.tile_tokens, cfg.max_slack);
       if (offsets[b + 1] - offsets[b] == 1) {
         for (int row = 0; row < rows; ++row)
           write_final(b, row, r.o.data() + static_cast<size_t>(row) * p.d_c, r.lse[row]);

@@ -86,7 +86,14 @@ struct DecodeTileConfig {
   int tile_tokens;
   int row_blocks;
   int ctas_per_sm;
+  // The running max moves only when a tile's max exceeds it by more than this (log2 units; 0:
+  // every tile's larger max is taken). With slack, p = exp2(x - m) stays <= 2^slack and most
+  // tiles keep alpha = 1 exactly, so O is not rescaled (the wgmma paths: kDecodeMaxSlack).
+  float max_slack = 0.f;
 };
+// The wgmma paths' running-max slack (log2 units): p <= 256, exact in bf16's exponent range; O,
+// l and the LSE are the same quantities with a different, still exact, reference max.
+constexpr float kDecodeMaxSlack = 8.f;
 MLA_HD inline DecodeTileConfig decode_tile_config(int s_q, int heads) {
   const int rows = s_q * heads;
   if (rows <= 16) return {16, 32, 1, 2};
@@ -109,10 +116,13 @@ MLA_HD inline bool decode_uses_v7(const Bf16DecodeParams& p) {
   return decode_uses_v6(p) && p.d_c <= 256 && p.d_c + p.d_r <= 320 && p.s_q * p.heads > 64;  // 320: smem
 }
 // The tile configuration the GPU and the twin use for p: decode_tile_config, with 64-token tiles
-// on the v6 path and 128-row blocks on v7.
+// and the running-max slack on the v6 path and 128-row blocks on v7.
 MLA_HD inline DecodeTileConfig decode_tile_config_for(const Bf16DecodeParams& p) {
   DecodeTileConfig c = decode_tile_config(p.s_q, p.heads);
-  if (decode_uses_v6(p)) c.tile_tokens = 64;
+  if (decode_uses_v6(p)) {
+    c.tile_tokens = 64;
+    c.max_slack = kDecodeMaxSlack;
+  }
   if (decode_uses_v7(p)) {
     c.rows_per_block = 128;
     c.row_blocks = (p.s_q * p.heads + 127) / 128;
