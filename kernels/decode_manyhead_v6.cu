@@ -2,14 +2,16 @@
 // blocks, 64-token tiles, the two consumer warpgroups splitting the d_c output columns.
 // FlashMLA's division of work (its first version): warpgroup 0 computes the whole
 // S = Q K^T of a 64-token tile (wgmma m64n64k16, Q and K from shared memory), runs the online
-// softmax, issues O += P V for its half of the d_c output columns with P from registers (wgmma
-// m64n(d_c/2)k16 RS, B = V from shared memory), then writes P (bf16, the wgmma K-major swizzled
-// layout) and the per-row rescale factor to shared memory, from where warpgroup 1 issues its
-// half (A = P from shared memory). Neither waits for its P.V:
-// warpgroup 0's S of the next tile queues behind the two P.V on the tensor cores. No fp32 S
-// exchange, two named barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns
-// x 64 tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
-// Rounding points as the twin with 64-token tiles (quant::decode_tile_config_for).
+// softmax (publishing the rows' rescale factors right after the row max, named barrier 6, so
+// both warpgroups rescale O during the exponentials), issues O += P V for its half of the d_c
+// output columns with P from registers (wgmma m64n(d_c/2)k16 RS, B = V from shared memory), then
+// writes P (bf16, the wgmma K-major swizzled layout) to shared memory, from where warpgroup 1
+// issues its half (A = P from shared memory). Neither waits for its P.V: warpgroup 0's S of the
+// next tile queues behind the two P.V on the tensor cores. No fp32 S exchange, three named
+// barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns x 64
+// tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
+// Rounding points as the twin with 64-token tiles and the running-max slack
+// (quant::decode_tile_config_for).
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
