@@ -7,9 +7,12 @@
 // code, scale and RoPE runs), dequantised there to BF16 by 7 converter warps (FP4: e2m1 * 2^(b -
 // 127), exact in BF16; codebook: BF16_RNE(level[idx] * scale) in fp32), and handed to the
 // memory-bound BF16 path's consumer warps (decode_membound_consumer.cuh) unchanged, one CTA per
-// SM. So the result is bit for bit what mla_decode_bf16 gives on the dequantised BF16 cache with
-// the same num_parts, and the CPU twin is the BF16 twin on that cache (quant/fp4_cache_format.hpp,
-// quant/codebook_cache_format.hpp dequantise; quant/decode_twin_bf16.hpp decodes). Speed: 0.63-
+// SM. So at <= 16 query rows the result is bit for bit what mla_decode_bf16 gives on the
+// dequantised BF16 cache with the same num_parts, and the CPU twin is the BF16 twin on that cache
+// (quant/fp4_cache_format.hpp, quant/codebook_cache_format.hpp dequantise;
+// quant/decode_twin_bf16.hpp decodes). Above 16 rows mla_decode_bf16 and its twin take the wgmma
+// paths' rule (64-token tiles, the running-max slack) while this kernel keeps the 16-row one, so
+// there the two agree within the GPU-vs-twin bounds, not bit for bit. Speed: 0.63-
 // 0.70x FlashMLA's BF16 decode at H = 16 on an H200, consumer-bound (docs/benchmarks.md).
 //
 // Shapes: any s_q * heads query rows, in blocks of 16 (grid.y; each block's CTAs read and

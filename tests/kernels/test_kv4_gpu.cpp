@@ -280,8 +280,9 @@ TEST(Kv4DecodeGpu, BadPageIdIsFlaggedAndRefusedShapesNameTheField) {
 
 // More than 16 query rows: blocks of 16 rows, each CTA decoding its block from the 4-bit pages
 // (functional for every head count). Against the CPU twin on the dequantised cache (its split
-// points follow the BF16 path's tile for the shape, so fp32 sums may group differently: the
-// GPU-vs-twin bounds of decode_case.hpp) and against float64 on those values.
+// points and running-max rule follow the BF16 wgmma path for the shape: 64-token tiles and the
+// max slack, where these blocks keep 32-token tiles and the exact max; hence the GPU-vs-twin
+// bounds of decode_case.hpp) and against float64 on those values.
 TEST(Kv4DecodeGpu, ManyRowsMatchTheTwin) {
   REQUIRE_GPU();
   struct Shape {
