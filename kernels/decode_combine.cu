@@ -1,26 +1,35 @@
-// Combine: one block per (request, row) merges the request's splits by natural-log LSE in
-// fp32 (decode_store.cuh's merge_splits_row) and rounds the output to bf16 once. Requests with
-// one split were written by the split kernel and are skipped.
+// Combine: merges each request's splits by natural-log LSE in fp32 (decode_store.cuh's
+// merge_splits_row) and rounds the output to bf16 once. Requests with one split were written by
+// the split kernel and are skipped. A block takes kCombineRows rows of one request, a warp per
+// row: with a block per (request, row) the launch cost 11 us at B = 128, 128 rows on an H200
+// even when no request had a split (16,384 blocks that return at once; docs/gpu-notes.md,
+// session 14). Each element's expression and order are merge_splits_row's, whatever the lanes.
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_store.cuh"
 
 namespace mla::kernels::detail {
 namespace {
 
-__global__ void decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
-                                      const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
+constexpr int kCombineRows = 16;  // rows (warps) per block
+
+__global__ void __launch_bounds__(32 * kCombineRows)
+    decode_combine_kernel(const quant::Bf16DecodeParams p, const int32_t* __restrict__ offsets,
+                          const float* __restrict__ o_acc, const float* __restrict__ lse_acc) {
   griddep_wait();  // the split kernel's partials are complete from here on
-  const int b = blockIdx.x, r = blockIdx.y;
+  const int b = blockIdx.x;
   const int s0 = offsets[b], s1 = offsets[b + 1];
   if (s1 - s0 <= 1) return;  // written directly by the split kernel
-  merge_splits_row(p, o_acc, lse_acc, b, r, s0, s1, threadIdx.x, blockDim.x);
+  const int r = blockIdx.y * kCombineRows + threadIdx.x / 32;
+  if (r >= p.s_q * p.heads) return;
+  merge_splits_row(p, o_acc, lse_acc, b, r, s0, s1, threadIdx.x % 32, 32);
 }
 
 }  // namespace
 
 void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream) {
-  launch(decode_combine_kernel, dim3(p.batch, p.s_q * p.heads), dim3(64), 0, stream, use_pdl(p), "combine launch", p,
-         static_cast<const int32_t*>(w.offsets), static_cast<const float*>(w.o_acc),
+  const int row_chunks = (p.s_q * p.heads + kCombineRows - 1) / kCombineRows;
+  launch(decode_combine_kernel, dim3(p.batch, row_chunks), dim3(32 * kCombineRows), 0, stream, use_pdl(p),
+         "combine launch", p, static_cast<const int32_t*>(w.offsets), static_cast<const float*>(w.o_acc),
          static_cast<const float*>(w.lse_acc));
 }
 

@@ -149,5 +149,28 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
                : "memory");
 }
 
+// Copies `count` 16-byte chunks from global to shared memory, thread t of `threads` taking
+// chunks t, t + threads, ...: src(c) is chunk c's source (nullptr: zeros), dst(c) its shared
+// address. The loads are issued kBatch at a time before their stores: st_shared_v4's asm carries
+// a memory clobber, so in a load-then-store loop no load can be hoisted above the previous store,
+// and each chunk waited for a whole global round trip (18 in a row for a 64-row bf16 Q block at
+// 256 threads, once per request segment; docs/gpu-notes.md, session 14). Read-only sources only
+// (the loads go through the non-coherent path).
+template <int kBatch, class Src, class Dst>
+__device__ __forceinline__ void copy_chunks_g2s(int count, int t, int threads, Src src, Dst dst) {
+  for (int c0 = t; c0 < count; c0 += kBatch * threads) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int c = c0 + j * threads;
+      const uint4* g = c < count ? src(c) : nullptr;
+      v[j] = g != nullptr ? __ldg(g) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (c0 + j * threads < count) st_shared_v4(dst(c0 + j * threads), v[j]);
+  }
+}
+
 
 }  // namespace mla::kernels::detail

@@ -49,7 +49,6 @@ inline dim3 split_grid(int parts, int row_blocks) { return dim3(row_blocks, part
 
 // The workspace, carved as quant::decode_workspace_bytes counts it.
 struct Workspace {
-  CUtensorMap* map;  // the wgmma paths' TMA descriptor (quant::kDecodeMapBytes at the start)
   int32_t* info;     // [num_parts * kPartInfoInts]
   int32_t* offsets;  // [batch + 1]
   float* lse_acc;    // [splits, rows]
@@ -63,10 +62,13 @@ Workspace carve(const quant::Bf16DecodeParams& p);
 // their griddep_wait() (a no-op without the attribute) so it can be switched back here.
 inline bool use_pdl(const quant::Bf16DecodeParams&) { return false; }
 
-// Scheduler; with_map: also encodes the cache's TMA descriptor (box of 64 columns x box_rows
-// tokens) and writes it into the workspace for the wgmma paths.
-void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, bool with_map, int box_rows,
-                     cudaStream_t stream);
+// Scheduler (tile: the split kernel's tokens per tile). A planned call (p.planned) skips it.
+void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, cudaStream_t stream);
+// The wgmma paths' TMA descriptor of p's cache: a 2-D tensor [num_pages * page_size rows,
+// d_c + d_r] bf16, box 64 columns x box_rows tokens, 128-byte swizzle (the wgmma K-major layout).
+// Encoded on the host for each call and passed as a __grid_constant__ kernel parameter, so every
+// call (and every layer's cache under one plan) has its own.
+CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows);
 void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);

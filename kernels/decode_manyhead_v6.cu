@@ -46,7 +46,7 @@ struct V6Cfg {
 
 template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
-    decode_split_v6_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
+    decode_split_v6_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
                            float* __restrict__ o_acc, float* __restrict__ lse_acc) {
   using C = V6Cfg<DC>;
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
+    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, &kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
@@ -247,7 +247,7 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v6) smem limit");
   launch(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream,
-         false, "split kernel (v6) launch", static_cast<const CUtensorMap*>(w.map), p,
+         false, "split kernel (v6) launch", make_kv_map(p, kTileTokens), p,
          static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
 

@@ -38,7 +38,7 @@ struct V7Cfg {
 
 template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
-    decode_split_v7_kernel(const CUtensorMap* kv_map, const quant::Bf16DecodeParams p,
+    decode_split_v7_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
                            float* __restrict__ o_acc, float* __restrict__ lse_acc) {
   using C = V7Cfg<DC>;
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads (as v6) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, kv_map, in, sK, stage_bytes, nblk, bar0);
+    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, &kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
@@ -196,7 +196,7 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v7) smem limit");
   launch(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V7Cfg<DC>::smem_bytes(DC + p.d_r), stream, false,
-         "split kernel (v7) launch", static_cast<const CUtensorMap*>(w.map), p, static_cast<const int32_t*>(w.info),
+         "split kernel (v7) launch", make_kv_map(p, kTileTokens), p, static_cast<const int32_t*>(w.info),
          static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
 }
 

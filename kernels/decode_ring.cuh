@@ -32,12 +32,11 @@ __device__ __forceinline__ void init_ring(uint32_t bar0, int stages) {
 // one TMA box (64 columns x BN tokens) per 64-column block into an S-stage full/empty mbarrier
 // ring; a tile with a bad page id is loaded from rows before the tensor's start, which the copy
 // engine fills with zeros (zero keys and values), and flagged. So the consumers need no
-// page-table read of their own: only the rows past L of a request's last tile need zeroing. The map lives in the workspace, written by the scheduler kernel (complete since
-// griddep_wait): it is acquired into the tensormap proxy before the first TMA.
+// page-table read of their own: only the rows past L of a request's last tile need zeroing.
+// map: the address of the kernel's __grid_constant__ descriptor parameter (detail::make_kv_map).
 template <int BN, int S>
 __device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMap* map, const int32_t* in,
                               uint32_t sK, uint32_t stage_bytes, int nblk, uint32_t bar0) {
-  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
   const int end_b = in[2], end_t = in[3];
   int it = 0;
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
@@ -82,12 +81,17 @@ __device__ __forceinline__ void load_q_rows(const quant::Bf16DecodeParams& p, in
                                             int threads) {
   const int dim = p.d_c + p.d_r, rows = p.s_q * p.heads, cpr = dim / 8;
   const bf16* qb = reinterpret_cast<const bf16*>(p.q) + static_cast<size_t>(b) * rows * dim;
-  for (int c = t; c < 64 * cpr; c += threads) {
-    const int r = c / cpr, k = c - r * cpr;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (rbase + r < rows) v = *reinterpret_cast<const uint4*>(qb + static_cast<size_t>(rbase + r) * dim + k * 8);
-    st_shared_v4(dst + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4), v);
-  }
+  copy_chunks_g2s<12>(
+      64 * cpr, t, threads,
+      [&](int c) -> const uint4* {
+        const int r = c / cpr, k = c - r * cpr;
+        return rbase + r < rows ? reinterpret_cast<const uint4*>(qb + static_cast<size_t>(rbase + r) * dim + k * 8)
+                                : nullptr;
+      },
+      [&](int c) {
+        const int r = c / cpr, k = c - r * cpr;
+        return dst + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4);
+      });
   fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
 }
 

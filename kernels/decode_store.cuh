@@ -66,6 +66,7 @@ __device__ __forceinline__ void merge_splits_row(const P& p, const float* o_acc,
   const float neg_inf = -__int_as_float(0x7f800000);
   const float lse = merge_row_lse(lse_acc, rows, r, s0, s1);
   bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c;
+#pragma unroll 4
   for (int c = t * 4; c < p.d_c; c += threads * 4) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lse != neg_inf)

@@ -132,19 +132,23 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
                                            uint32_t sQR, int t, int n) {
   constexpr int kRB = 2 * DR;
   const uint8_t* q8 = p.q8 + static_cast<size_t>(b) * rows * DC;
-  for (int c = t; c < R * (DC / 16); c += n) {
-    const int r = c / (DC / 16), k = c % (DC / 16);
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(q8 + static_cast<size_t>(row0 + r) * DC + k * 16);
-    detail::st_shared_v4(q8_chunk<R>(sQ8, r, k), v);
-  }
+  detail::copy_chunks_g2s<8>(
+      R * (DC / 16), t, n,
+      [&](int c) -> const uint4* {
+        const int r = c / (DC / 16), k = c % (DC / 16);
+        return row0 + r < rows ? reinterpret_cast<const uint4*>(q8 + static_cast<size_t>(row0 + r) * DC + k * 16)
+                               : nullptr;
+      },
+      [&](int c) { return q8_chunk<R>(sQ8, c / (DC / 16), c % (DC / 16)); });
   const uint8_t* qr = reinterpret_cast<const uint8_t*>(p.q_rope) + static_cast<size_t>(b) * rows * kRB;
-  for (int c = t; c < R * (kRB / 16); c += n) {
-    const int r = c / (kRB / 16), k = c % (kRB / 16);
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(qr + static_cast<size_t>(row0 + r) * kRB + k * 16);
-    detail::st_shared_v4(sQR + quant::fp8_swizzle(r * kRB + k * 16, kRB), v);
-  }
+  detail::copy_chunks_g2s<8>(
+      R * (kRB / 16), t, n,
+      [&](int c) -> const uint4* {
+        const int r = c / (kRB / 16), k = c % (kRB / 16);
+        return row0 + r < rows ? reinterpret_cast<const uint4*>(qr + static_cast<size_t>(row0 + r) * kRB + k * 16)
+                               : nullptr;
+      },
+      [&](int c) { return sQR + quant::fp8_swizzle((c / (kRB / 16)) * kRB + (c % (kRB / 16)) * 16, kRB); });
   detail::fence_proxy_async();
 }
 

@@ -304,6 +304,7 @@ void validate_kv4(const Kv4DecodeParams& kp) {
   quant::validate_decode_params(p);
   auto bad = [](const std::string& what) { throw InputError("4-bit decode params: " + what); };
   if (p.variant != 0) bad("variant = " + std::to_string(p.variant) + " (the 4-bit path has one: 0)");
+  if (p.planned) bad("planned = true (the 4-bit path schedules each call itself; it has no plan entry)");
   const int rope = 2 * p.d_r;
   if (!(rope == 16 || rope == 32 || rope == 64 || rope % 128 == 0))
     bad("d_r = " + std::to_string(p.d_r) + " (2 d_r bytes of RoPE must be 16, 32, 64 or a multiple of 128)");
@@ -335,7 +336,7 @@ void mla_decode_kv4(const Kv4DecodeParams& kp, cudaStream_t stream) {
     throw InputError("4-bit decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
                      std::to_string(need) + " for this shape; see kv4_decode_workspace_bytes_for)");
   const detail::Workspace w = detail::carve(p);
-  detail::launch_schedule(p, w, detail::kV3BN, false, detail::kV3BN, stream);  // 32-token tiles, every row count
+  detail::launch_schedule(p, w, detail::kV3BN, stream);  // 32-token tiles, every row count
   if (kp.format == Kv4Format::Codebook)
     detail::launch_kv4_for_dc<true>(kp, p, w, stream);
   else

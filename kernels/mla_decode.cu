@@ -1,7 +1,7 @@
 // BF16 paged absorbed-MLA decode: the host entry points (kernels/mla_decode.hpp). Checks the
 // parameters, carves the workspace, picks the split kernel's path for the shape and launches
-// scheduler, split kernel and combine on the caller's stream (decode_launch.hpp lists the
-// files of each role).
+// scheduler (unless the call is planned), split kernel and combine on the caller's stream
+// (decode_launch.hpp lists the files of each role).
 #include "kernels/mla_decode.hpp"
 
 #include <string>
@@ -13,11 +13,9 @@ namespace mla::kernels {
 namespace detail {
 
 Workspace carve(const quant::Bf16DecodeParams& p) {
-  static_assert(sizeof(CUtensorMap) == quant::kDecodeMapBytes, "tensor map size");
   const quant::DecodeWorkspaceLayout l = quant::decode_workspace_layout(p.batch, p.s_q, p.heads, p.d_c, p.num_parts);
   char* base = static_cast<char*>(p.workspace);
   Workspace w;
-  w.map = reinterpret_cast<CUtensorMap*>(base);
   w.info = reinterpret_cast<int32_t*>(base + l.info);
   w.offsets = reinterpret_cast<int32_t*>(base + l.offsets);
   w.lse_acc = reinterpret_cast<float*>(base + l.lse);
@@ -34,7 +32,9 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p) {
   return quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts);
 }
 
-void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
+namespace {
+// The checks shared by a plan and a call; p with its effective number of parts.
+Bf16DecodeParams checked(const Bf16DecodeParams& p_in) {
   quant::validate_decode_params(p_in);
   if (!quant::decode_variant_supported(p_in.variant))
     throw InputError("mla decode params: variant = " + std::to_string(p_in.variant) + " (supported: " +
@@ -45,15 +45,25 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
   if (p.workspace == nullptr || p.workspace_bytes < need)
     throw InputError("mla decode params: workspace_bytes = " + std::to_string(p.workspace_bytes) + " (need " +
                      std::to_string(need) + " for this shape; see decode_workspace_bytes_for)");
+  return p;
+}
+}  // namespace
+
+void mla_decode_bf16_plan(const Bf16DecodeParams& p_in, cudaStream_t stream) {
+  const Bf16DecodeParams p = checked(p_in);
+  detail::launch_schedule(p, detail::carve(p), quant::decode_tile_config_for(p).tile_tokens, stream);
+}
+
+void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
+  const Bf16DecodeParams p = checked(p_in);
   const detail::Workspace w = detail::carve(p);
   const quant::DecodeTileConfig cfg = quant::decode_tile_config_for(p);
-  const bool wgmma = quant::decode_uses_v6(p);
-  detail::launch_schedule(p, w, cfg.tile_tokens, wgmma, cfg.tile_tokens, stream);
+  if (!p.planned) detail::launch_schedule(p, w, cfg.tile_tokens, stream);
   if (cfg.rows_per_block == 16)
     detail::launch_membound(p, w, stream);
   else if (quant::decode_uses_v7(p))
     detail::launch_manyhead_v7(p, w, cfg.row_blocks, stream);
-  else if (wgmma)
+  else if (quant::decode_uses_v6(p))
     detail::launch_manyhead_v6(p, w, cfg.row_blocks, stream);
   else
     detail::launch_mma64(p, w, cfg.row_blocks, stream);

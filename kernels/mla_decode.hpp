@@ -11,7 +11,8 @@
 //   kv_cache [num_pages, page_size, d_c + d_r] bf16 ([x | k_pe] per token)
 //   page_table int32 [batch, max_pages], seqlens int32 [batch]
 //   out      [batch, s_q, heads, d_c] bf16, lse [batch, s_q, heads] fp32 (natural log)
-// Three launches on `stream`, no host synchronisation, no allocation: capturable in a graph.
+// Three launches on `stream` (two for a planned call), no host synchronisation, no allocation:
+// capturable in a graph.
 #include <cuda_runtime.h>
 
 #include "quant/decode_twin_bf16.hpp"
@@ -29,7 +30,16 @@ size_t decode_workspace_bytes_for(const Bf16DecodeParams& p);
 
 // Checks p on the host (shapes, pointers, workspace size: mla::InputError naming the field),
 // then launches scheduler, split kernel and combine on `stream`. Launch errors throw mla::Error.
+// With p.planned the schedule is the one mla_decode_bf16_plan left in p's workspace.
 void mla_decode_bf16(const Bf16DecodeParams& p, cudaStream_t stream);
+
+// The split schedule alone, into p's workspace (one launch on `stream`): what a serving step runs
+// once before its layers' calls with p.planned = true. It depends on p's seqlens (device memory,
+// read when the launch runs), shape (batch, s_q, heads, d_c, d_r), variant, num_parts and
+// workspace, not on the cache, query or outputs; a change to any of the former needs a new plan
+// (the device cannot check).
+// Same host checks as mla_decode_bf16.
+void mla_decode_bf16_plan(const Bf16DecodeParams& p, cudaStream_t stream);
 
 // The device scheduler alone (for tests: it must equal quant::compute_decode_schedule).
 // seqlens [batch], info [num_parts * quant::kPartInfoInts], offsets [batch + 1]: device memory.

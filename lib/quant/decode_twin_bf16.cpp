@@ -102,7 +102,7 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int s_q, int heads, int
   const size_t splits = decode_max_splits(batch, num_parts);
   auto align256 = [](size_t x) { return (x + 255) / 256 * 256; };
   DecodeWorkspaceLayout l;
-  l.info = kDecodeMapBytes;
+  l.info = 0;
   l.offsets = l.info + static_cast<size_t>(num_parts) * kPartInfoInts * sizeof(int32_t);
   l.lse = align256(l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
   l.o = align256(l.lse + splits * rows * sizeof(float));

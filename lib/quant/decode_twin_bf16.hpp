@@ -57,6 +57,11 @@ struct Bf16DecodeParams {
   // Other values are rejected (decode_variant_supported). Every variant uses the twin's rounding
   // points with the tile of decode_tile_config_for.
   int variant = 0;
+  // GPU only: the workspace already holds kernels::mla_decode_bf16_plan's schedule for these
+  // seqlens, batch, s_q, heads, d_c, variant and num_parts, so the decode launches no scheduler
+  // (one plan per decode step serves every layer: the cache, query and outputs may differ). The
+  // twin ignores it.
+  bool planned = false;
 };
 
 // Sets the shape, paging and scale fields of a decode parameter block: Bf16DecodeParams, and
@@ -134,10 +139,6 @@ MLA_HD inline DecodeTileConfig decode_tile_config_for(const Bf16DecodeParams& p)
 constexpr int kFixedCost = 4;
 // Ints per part in the schedule: begin_b, begin_tile, end_b, end_tile (exclusive), first_split.
 constexpr int kPartInfoInts = 5;
-// Bytes at the start of the GPU workspace for the wgmma path's TMA descriptor (a CUtensorMap),
-// written there by the scheduler kernel: passed as a __grid_constant__ kernel parameter, the
-// map was read stale by launches that followed other launches (docs/gpu-notes.md, v4).
-constexpr size_t kDecodeMapBytes = 128;
 
 MLA_HD inline int decode_tiles(int seqlen, int tile) {
   const int t = (seqlen + tile - 1) / tile;
@@ -256,8 +257,8 @@ inline int decode_default_parts(int sm_count, const Bf16DecodeParams& p) {
 // Upper bound on splits: each of the num_parts - 1 part boundaries cuts at most one request.
 inline int decode_max_splits(int batch, int num_parts) { return batch + num_parts; }
 
-// The GPU workspace: byte offsets of the TMA descriptor (at 0), the schedule (part info, split
-// offsets), the splits' fp32 LSEs [splits, rows] and partial outputs [splits, rows, d_c].
+// The GPU workspace: byte offsets of the schedule (part info at 0, split offsets), the splits'
+// fp32 LSEs [splits, rows] and partial outputs [splits, rows, d_c].
 struct DecodeWorkspaceLayout {
   size_t info, offsets, lse, o, total;
 };

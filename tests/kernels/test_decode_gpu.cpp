@@ -249,6 +249,55 @@ TEST(DecodeGpu, GraphCaptureReplaysTheSameResult) {
   cudaStreamDestroy(s);
 }
 
+// One plan per decode step serves every layer: a plan made with layer A's buffers, then planned
+// calls on A and on layer B (another cache, query, page table and outputs, same lengths and
+// shape) through A's workspace give, bit for bit, what each unplanned call gives, on every path
+// (the TMA descriptor of B's cache is B's own: a kernel parameter, not part of the plan).
+TEST(DecodeGpu, PlannedCallsMatchUnplannedOnEveryPathAndCache) {
+  REQUIRE_GPU();
+  const std::vector<GpuCaseSpec> specs = {
+      {"membound 16 rows", {700, 64, 3000}, 1, 16, 512, 64, 64},
+      {"v6 128 rows", {700, 64, 3000}, 1, 128, 512, 64, 64},
+      {"v7 TPLA slice", {700, 64, 3000}, 1, 128, 256, 64, 64},
+      {"mma.sync variant 7", {700, 64, 3000}, 2, 32, 512, 64, 64, 7}};
+  for (const GpuCaseSpec& s : specs) {
+    SCOPED_TRACE(s.name);
+    DecodeCase ca = make_decode_case(s.seqlens, s.s_q, s.heads, s.d_c, s.d_r, s.page_size, 121);
+    DecodeCase cb = make_decode_case(s.seqlens, s.s_q, s.heads, s.d_c, s.d_r, s.page_size, 122);
+    quant::Bf16DecodeParams shape = ca.host_params(0);
+    shape.variant = s.variant;
+    const int parts = kernels::decode_parts_for_device(shape);
+    DeviceCase da(ca, parts), db(cb, parts);
+    da.p.variant = db.p.variant = s.variant;
+    kernels::mla_decode_bf16(da.p, nullptr);
+    kernels::mla_decode_bf16(db.p, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    const auto out_a = da.out.download(), out_b = db.out.download();
+    const auto lse_a = da.lse.download(), lse_b = db.lse.download();
+    ASSERT_NE(out_a, out_b);  // the two layers really differ
+
+    EXPECT_EQ(cudaMemset(da.ws.ptr, 0xFF, da.ws.count), cudaSuccess);  // nothing left of the calls above
+    for (auto* d : {&da, &db}) {
+      EXPECT_EQ(cudaMemset(d->out.ptr, 0xFF, d->out.count * sizeof(uint16_t)), cudaSuccess);
+      EXPECT_EQ(cudaMemset(d->lse.ptr, 0xFF, d->lse.count * sizeof(float)), cudaSuccess);
+    }
+    kernels::mla_decode_bf16_plan(da.p, nullptr);
+    quant::Bf16DecodeParams pa = da.p, pb = db.p;
+    pa.planned = pb.planned = true;
+    pb.workspace = da.p.workspace;  // the step's one plan
+    pb.workspace_bytes = da.p.workspace_bytes;
+    kernels::mla_decode_bf16(pb, nullptr);
+    kernels::mla_decode_bf16(pa, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    EXPECT_EQ(da.out.download(), out_a);
+    EXPECT_EQ(db.out.download(), out_b);
+    EXPECT_EQ(da.lse.download(), lse_a);
+    EXPECT_EQ(db.lse.download(), lse_b);
+    EXPECT_EQ(da.flag.download()[0], 0);
+    EXPECT_EQ(db.flag.download()[0], 0);
+  }
+}
+
 TEST(DecodeGpu, BadPageIdIsFlaggedAndHostChecksWorkspace) {
   REQUIRE_GPU();
   DecodeCase c = make_decode_case({200}, 1, 16, 128, 64, 64, 112);

@@ -132,8 +132,8 @@ TEST(DecodeSchedule, BalancedPartsCutNoRequest) {
   EXPECT_GT(off[128], 200);  // the old default: most of the 128 requests in two splits
 }
 
-// The workspace layout the kernels carve and decode_workspace_bytes counts: the TMA descriptor
-// first, then the schedule, then 256-byte-aligned LSE and partial-output arrays large enough for
+// The workspace layout the kernels carve and decode_workspace_bytes counts: the schedule first,
+// then 256-byte-aligned LSE and partial-output arrays large enough for
 // the worst case of splits (every part boundary cutting a request).
 TEST(DecodeWorkspace, LayoutIsOrderedAlignedAndLargeEnough) {
   for (int batch : {1, 7, 128, 1000})
@@ -143,7 +143,7 @@ TEST(DecodeWorkspace, LayoutIsOrderedAlignedAndLargeEnough) {
         const quant::DecodeWorkspaceLayout l = quant::decode_workspace_layout(batch, s_q, heads, d_c, parts);
         const size_t rows = static_cast<size_t>(s_q) * heads;
         const size_t splits = quant::decode_max_splits(batch, parts);
-        EXPECT_EQ(l.info, quant::kDecodeMapBytes);
+        EXPECT_EQ(l.info, 0u);
         EXPECT_EQ(l.offsets, l.info + static_cast<size_t>(parts) * kPartInfoInts * sizeof(int32_t));
         EXPECT_GE(l.lse, l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
         EXPECT_EQ(l.lse % 256, 0u);

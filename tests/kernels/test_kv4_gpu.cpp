@@ -276,6 +276,14 @@ TEST(Kv4DecodeGpu, BadPageIdIsFlaggedAndRefusedShapesNameTheField) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("d_r = 48"), std::string::npos) << e.what();
   }
+  kp.base = c.bf.host_params(0);  // a valid shape, but the 4-bit path has no plan entry
+  kp.base.planned = true;
+  try {
+    kernels::mla_decode_kv4(kp, nullptr);
+    FAIL() << "planned = true must be refused by the 4-bit path";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("planned = true"), std::string::npos) << e.what();
+  }
 }
 
 // More than 16 query rows: blocks of 16 rows, each CTA decoding its block from the 4-bit pages

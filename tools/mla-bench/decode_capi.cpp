@@ -52,6 +52,34 @@ int mla_decode_capi_run(const void* q, const void* kv_cache, const int32_t* page
   });
 }
 
+// mla::kernels::mla_decode_bf16_plan with mla_decode_capi_run's arguments (the schedule into the
+// workspace), and the planned call that then launches no scheduler: what a serving step does
+// once per step and once per layer (FlashMLA's get_mla_metadata and flash_mla_with_kvcache).
+int mla_decode_capi_plan(const void* q, const void* kv_cache, const int32_t* page_table, const int32_t* seqlens,
+                         void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
+                         int page_size, int max_pages, float scale, int variant, int num_parts, void* workspace,
+                         size_t workspace_bytes, void* stream, char* err, size_t err_len) {
+  return mla::capi::report_errors(err, err_len, [&] {
+    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
+                         max_pages, scale, variant);
+    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
+    mla::kernels::mla_decode_bf16_plan(p, static_cast<cudaStream_t>(stream));
+  });
+}
+int mla_decode_capi_run_planned(const void* q, const void* kv_cache, const int32_t* page_table,
+                                const int32_t* seqlens, void* out, float* lse, int batch, int s_q, int heads, int d_c,
+                                int d_r, int num_pages, int page_size, int max_pages, float scale, int variant,
+                                int num_parts, void* workspace, size_t workspace_bytes, void* stream, char* err,
+                                size_t err_len) {
+  return mla::capi::report_errors(err, err_len, [&] {
+    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
+                         max_pages, scale, variant);
+    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
+    p.planned = true;
+    mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
+  });
+}
+
 // The CPU twin (quant::decode_twin_bf16) on host buffers with the same arguments as
 // mla_decode_capi_run (num_parts as the GPU used, so the split points match): the reference the
 // Python package's device check compares against. 0 on success, else 1 with the message in err.

@@ -56,14 +56,22 @@ def with_parts(parts, ws_bytes, parts_override):
 
 
 class Ours:
+    """Our BF16 decode through the C API. When the library has the planned entry points (the schedule
+    computed once per decode step, as FlashMLA's get_mla_metadata), prepare() plans once, untimed,
+    and the timed call is the planned one, as serving runs it; an older library (--base-lib of a
+    commit before them) times the call with its scheduler."""
     def __init__(self, path):
         self.lib = ctypes.CDLL(path)
         self.lib.mla_decode_capi_parts.restype = ctypes.c_int
         self.lib.mla_decode_capi_parts.argtypes = [ctypes.c_int] * 6 + [ctypes.POINTER(ctypes.c_size_t)]
-        f = self.lib.mla_decode_capi_run
-        f.restype = ctypes.c_int
-        f.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+        argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int] * 8 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t])
+        self.planned = hasattr(self.lib, "mla_decode_capi_plan")
+        names = (["mla_decode_capi_plan", "mla_decode_capi_run_planned"] if self.planned else []) + ["mla_decode_capi_run"]
+        for name in names:
+            f = getattr(self.lib, name)
+            f.restype = ctypes.c_int
+            f.argtypes = argtypes
         self.err = ctypes.create_string_buffer(1024)
 
     def prepare(self, case, variant, parts_override=0):
@@ -82,10 +90,19 @@ class Ours:
                 lse.data_ptr(), c.batch, c.s_q, c.heads, c.d_c, c.d_r, c.num_pages, c.page, c.max_pages,
                 c.scale, variant, parts, ws.data_ptr(), ws_bytes.value)
 
-        def run():
+        def call(f, what):
             stream = torch.cuda.current_stream().cuda_stream
-            if self.lib.mla_decode_capi_run(*args, ctypes.c_void_p(stream), self.err, 1024) != 0:
-                raise RuntimeError(f"mla_decode_bf16 ({case.name}): {self.err.value.decode()}")
+            if f(*args, ctypes.c_void_p(stream), self.err, 1024) != 0:
+                raise RuntimeError(f"{what} ({case.name}): {self.err.value.decode()}")
+
+        if self.planned:
+            call(self.lib.mla_decode_capi_plan, "mla_decode_bf16_plan")  # once, untimed
+            f, what = self.lib.mla_decode_capi_run_planned, "mla_decode_bf16 (planned)"
+        else:
+            f, what = self.lib.mla_decode_capi_run, "mla_decode_bf16"
+
+        def run():
+            call(f, what)
             return out, lse
 
         run.keep = (ws, out, lse)
@@ -252,7 +269,10 @@ def main():
     print(f"device: {props.name}, {props.multi_processor_count} SMs; ceilings (same process): copy "
           f"{ceil['copy_gbs']:.0f} GB/s (read + write, 1 GiB), bf16 GEMM 8192^3 {ceil['gemm_tflops']:.1f} TFLOP/s",
           flush=True)
+    print(f"ours: {'planned calls (schedule once per step, untimed)' if ours.planned else 'calls with their scheduler'}"
+          + (f"; base: {'planned' if base.planned else 'with its scheduler'}" if base else ""), flush=True)
     results = {"device": props.name, "ceilings": ceil, "runs": args.runs, "variant": args.variant,
+               "ours_planned": ours.planned, "base_planned": base.planned if base else None,
                "l2_resident": l2_resident_note(args.l2_resident), "shapes": {}}
     hdr = (f"{'shape':<26} {'ours us':>9} {'floor us':>9} {'ours % floor':>12} {'FlashMLA us':>11} "
            f"{'FM % floor':>10} {'FM / ours':>9}  check")
