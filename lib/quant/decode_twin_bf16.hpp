@@ -236,11 +236,18 @@ MLA_HD inline void compute_decode_schedule(const int32_t* seqlens, int batch, in
 // batch keeps at least 90% of the slots busy, that many parts: requests of equal length are then
 // never cut by a boundary. On an H100 (docs/gpu-notes.md, "Split parts a multiple of the batch")
 // this took 2-10% off the FP8 decode, the memory-bound BF16 path and the TPLA slices at B = 128.
-// A batch above the slot count keeps every slot: a divisor of it (two requests a part) gained
-// at 4-8K but lost 1-3% at 32K on the math-bound path, where an idle SM costs its share.
+// A batch of up to twice the slots takes batch / 2 parts (two whole requests each) under the same
+// 90% rule: at B = 128 on the many-head path's 66 slots nearly every request was cut, and merging
+// the ~67 MB of fp32 partials cost 16-18 us a call. On an H200 (H = 128, docs/gpu-notes.md,
+// session 14) 64 parts took 13 / 11 us off a 272 / 482 us call at 4K / 8K and added 12 us to a
+// 1778 us one at 32K. Larger batches keep every slot (four requests a part already cut few).
 inline int decode_balanced_parts(int slots, int batch) {
   if (slots < 1) return 1;
-  if (batch < 1 || batch > slots) return slots;
+  if (batch < 1) return slots;
+  if (batch > slots) {
+    const int half = batch / 2;
+    return batch % 2 == 0 && half <= slots && 10LL * half >= 9LL * slots ? half : slots;
+  }
   const int parts = slots / batch * batch;
   return 10LL * parts >= 9LL * slots ? parts : slots;
 }

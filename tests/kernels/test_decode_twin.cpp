@@ -95,8 +95,11 @@ TEST(DecodeSchedule, BalancedPartsFitTheBatch) {
   EXPECT_EQ(decode_balanced_parts(132, 45), 132);   // 90 likewise
   EXPECT_EQ(decode_balanced_parts(132, 1), 132);
   EXPECT_EQ(decode_balanced_parts(264, 128), 256);  // two CTAs per SM
-  EXPECT_EQ(decode_balanced_parts(66, 128), 66);    // a batch above the slots: every slot
-  EXPECT_EQ(decode_balanced_parts(132, 200), 132);
+  EXPECT_EQ(decode_balanced_parts(66, 128), 64);    // up to twice the slots: two requests a part
+  EXPECT_EQ(decode_balanced_parts(33, 128), 33);    // more than twice: every slot
+  EXPECT_EQ(decode_balanced_parts(66, 127), 66);    // odd: every slot
+  EXPECT_EQ(decode_balanced_parts(132, 250), 125);
+  EXPECT_EQ(decode_balanced_parts(132, 200), 132);  // 100 would idle 24% of the SMs
   EXPECT_EQ(decode_balanced_parts(132, 131), 131);  // a prime: one part per request, one SM idle
   EXPECT_EQ(decode_balanced_parts(132, 0), 132);
   EXPECT_EQ(decode_balanced_parts(0, 5), 1);
@@ -104,6 +107,7 @@ TEST(DecodeSchedule, BalancedPartsFitTheBatch) {
     for (int batch = 1; batch <= 600; ++batch) {
       const int parts = decode_balanced_parts(slots, batch);
       ASSERT_GE(parts, 1);
+      if (parts < slots) ASSERT_TRUE(parts % batch == 0 || 2 * parts == batch) << "slots " << slots << " batch " << batch;
       ASSERT_LE(parts, slots) << "slots " << slots << " batch " << batch;
       ASSERT_GE(10 * parts, 9 * slots) << "slots " << slots << " batch " << batch;
     }
