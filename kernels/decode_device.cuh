@@ -149,6 +149,14 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
                : "memory");
 }
 
+// cp.async of 16 bytes global -> shared, the bytes past src_bytes (0 or 16) zero-filled (src is not
+// read when src_bytes = 0 but must be a valid address); completion by cp_async_wait_all in the
+// issuing thread, then fence_proxy_async before a wgmma reads them.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // Copies `count` 16-byte chunks from global to shared memory, thread t of `threads` taking
 // chunks t, t + threads, ...: src(c) is chunk c's source (nullptr: zeros), dst(c) its shared
 // address. The loads are issued kBatch at a time before their stores: st_shared_v4's asm carries

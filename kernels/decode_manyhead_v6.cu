@@ -94,13 +94,23 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
   int split = in[4];
   int it = 0;
+  // Warpgroup 0 alone reads Q (S). It loads each segment's Q block with cp.async: the first
+  // segment's here, every later one's as the segment before ends (its last S is complete), so the
+  // load runs under that segment's last P.V and epilogue instead of stalling both warpgroups at
+  // the next start. (Issued inside the tile loop, after the last tile's S, it measured 1-2%
+  // slower on long requests; docs/gpu-notes.md, session 14.)
+  if (wg == 0 && (begin_b < end_b || begin_t < end_t)) issue_q_rows(p, begin_b, row0, sQ, threadIdx.x, 128);
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kTileTokens);
     const int n_split = offsets[b + 1] - offsets[b];
-    named_bar_sync(1, 256);  // the previous segment is done with Q and the row floats
-    load_q_rows(p, b, row0, sQ, threadIdx.x, 256);
-    named_bar_sync(1, 256);
+    const bool next_segment = b + 1 < end_b || (b + 1 == end_b && end_t > 0);
+    named_bar_sync(1, 256);  // the previous segment's epilogue is done with the row floats
+    if (wg == 0) {
+      cp_async_wait_all();  // this thread's chunks of the segment's Q
+      fence_proxy_async();
+      named_bar_sync(7, 128);  // every chunk of it
+    }
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};  // warpgroup 0 only
     float acc[C::kOReg];
 #pragma unroll
@@ -212,6 +222,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
     }
     // ---- epilogue ----
+    if (wg == 0 && next_segment) issue_q_rows(p, b + 1, row0, sQ, threadIdx.x, 128);  // Q is free since the last S
     gmma::wait<0>();
 #pragma unroll
     for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);

@@ -95,4 +95,19 @@ __device__ __forceinline__ void load_q_rows(const quant::Bf16DecodeParams& p, in
   fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
 }
 
+// load_q_rows without waiting: the same chunks into the same layout by cp.async (rows past
+// `rows` zero-filled), so a segment's Q can be loaded under the previous segment's last tile. The
+// issuing threads complete it with cp_async_wait_all(), then fence_proxy_async() and a barrier.
+__device__ __forceinline__ void issue_q_rows(const quant::Bf16DecodeParams& p, int b, int rbase, uint32_t dst, int t,
+                                             int threads) {
+  const int dim = p.d_c + p.d_r, rows = p.s_q * p.heads, cpr = dim / 8;
+  const bf16* qb = reinterpret_cast<const bf16*>(p.q) + static_cast<size_t>(b) * rows * dim;
+  for (int c = t; c < 64 * cpr; c += threads) {
+    const int r = c / cpr, k = c - r * cpr;
+    const bool in = rbase + r < rows;
+    cp_async_16(dst + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4),
+                in ? qb + static_cast<size_t>(rbase + r) * dim + k * 8 : qb, in ? 16u : 0u);
+  }
+}
+
 }  // namespace mla::kernels::detail
