@@ -152,6 +152,29 @@ __device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int 
   detail::fence_proxy_async();
 }
 
+// load_query without waiting: the same chunks into the same layouts by cp.async (rows past
+// `rows` zero-filled), so a segment's query can be loaded while the warpgroup that reads it
+// finishes the segment before. The issuing threads complete it with detail::cp_async_wait_all(),
+// then detail::fence_proxy_async() and a barrier.
+template <int DC, int DR, int R>
+__device__ __forceinline__ void issue_query(const quant::Fp8DecodeParams& p, int b, int rows, int row0, uint32_t sQ8,
+                                            uint32_t sQR, int t, int n) {
+  constexpr int kRB = 2 * DR;
+  const uint8_t* q8 = p.q8 + static_cast<size_t>(b) * rows * DC;
+  for (int c = t; c < R * (DC / 16); c += n) {
+    const int r = c / (DC / 16), k = c % (DC / 16);
+    const bool in = row0 + r < rows;
+    detail::cp_async_16(q8_chunk<R>(sQ8, r, k), in ? q8 + static_cast<size_t>(row0 + r) * DC + k * 16 : q8, in ? 16u : 0u);
+  }
+  const uint8_t* qr = reinterpret_cast<const uint8_t*>(p.q_rope) + static_cast<size_t>(b) * rows * kRB;
+  for (int c = t; c < R * (kRB / 16); c += n) {
+    const int r = c / (kRB / 16), k = c % (kRB / 16);
+    const bool in = row0 + r < rows;
+    detail::cp_async_16(sQR + quant::fp8_swizzle(r * kRB + k * 16, kRB),
+                        in ? qr + static_cast<size_t>(row0 + r) * kRB + k * 16 : qr, in ? 16u : 0u);
+  }
+}
+
 // A bf16 query the split kernel quantises itself (fp8_decode_bf16q with a 16-byte aligned query:
 // fp8enc::query_vec_ok): bf16 [batch, s_q, heads, d_c + d_r]; q8 / q_rope / q_scale: the
 // workspace copy that the first split of each request also writes (the bytes the prologue

@@ -67,9 +67,11 @@ struct RCfg {
   static_assert(smem() <= detail::kMaxSmemPerBlock, "fp8 64-row kernel: shared memory over the limit");
 };
 
-// Named barriers (id 0 is __syncthreads): all consumers around the query load; P^T buffer k
-// full (warpgroup 0 arrives, 1-2 wait) and free (the reverse); the epilogue's 1/l and LSE.
-constexpr int kBarQ = 1, kBarFull = 3, kBarFree = 5, kBarFin = 7;
+// Named barriers (id 0 is __syncthreads): warpgroup 0's query load; P^T buffer k full
+// (warpgroup 0 arrives, 1-2 wait) and free (the reverse); the epilogue's 1/l and LSE (fin: warpgroup
+// 0 arrives, 1-2 wait) and fin free again (1-2 arrive after a segment's store when another follows,
+// warpgroup 0 waits before writing the next segment's fin).
+constexpr int kBarQ = 1, kBarFull = 3, kBarFree = 5, kBarFin = 7, kBarFinFree = 8;
 
 template <int DC, int DR, bool FP4>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -116,19 +118,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::named_bar_arrive(kBarFree, kConsumers);
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
-  // Each role walks the part's request segments; all consumers load a segment's query rows.
-  auto load_segment_query = [&](int b) {
-    detail::named_bar_sync(kBarQ, kConsumers);  // warpgroup 0 is done with the previous query
-    load_query<DC, DR, kRows>(p, b, rows, row0, sQ8, sQR, threadIdx.x, kConsumers);
-    detail::named_bar_sync(kBarQ, kConsumers);
-  };
+  // Each role walks the part's request segments. Warpgroup 0 alone reads the query (S): it loads
+  // each segment's rows by cp.async, the first segment's before its loop, every later one's as
+  // the segment before ends, and waits for them at the segment's start (warpgroups 1-2 are not
+  // held at a segment boundary; docs/gpu-notes.md, session 14).
   int it = 0;
   if (wg == 0) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
+    if (in[0] < end_b || in[1] < end_t) issue_query<DC, DR, kRows>(p, in[0], rows, row0, sQ8, sQR, threadIdx.x, 128);
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
       const int L = p.seqlens[b];
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
-      load_segment_query(b);
+      detail::cp_async_wait_all();  // this thread's chunks of the segment's query
+      detail::fence_proxy_async();
+      detail::named_bar_sync(kBarQ, 128);  // every chunk of it
       // ======== S, online softmax, P8^T ========
       int lrow[2], lim_off[2];
       float rowf[2];
@@ -180,7 +183,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         gmma::wait<0>();
         finish(sv, ti, it++);
       }
+      if (b + 1 < end_b || (b + 1 == end_b && end_t > 0))  // the next segment's query: this one's S are done
+        issue_query<DC, DR, kRows>(p, b + 1, rows, row0, sQ8, sQR, threadIdx.x, 128);
       // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of the thread's two rows ----
+      if (b != in[0]) detail::named_bar_sync(kBarFinFree, kConsumers);  // warpgroups 1-2 stored the last segment
       write_fin(fin, lrow, m_run, l_run, sig, tq);
       detail::named_bar_arrive(kBarFin, kConsumers);
     }
@@ -204,7 +210,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(p.seqlens[b], kT);
       const int n_split = offsets[b + 1] - offsets[b];
-      load_segment_query(b);
       // ======== O^T[channels of this warpgroup] = O^T gamma + V8^T P8^T ========
       constexpr int NB = C::kNB;
       const int g0 = (wg - 1) * (DC / 32);  // the warpgroup's first 16-channel group (vt_fragments_ldsm)
@@ -247,6 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       detail::named_bar_sync(kBarFin, kConsumers);
       store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, g0, wiw, g, acc, fin, tq,
                     wg == 1 && wiw == 0 && g == 0);
+      if (b + 1 < end_b || (b + 1 == end_b && end_t > 0)) detail::named_bar_arrive(kBarFinFree, kConsumers);  // fin read
     }
   }
 }
