@@ -51,6 +51,7 @@ inline dim3 split_grid(int parts, int row_blocks) { return dim3(row_blocks, part
 struct Workspace {
   int32_t* info;     // [num_parts * kPartInfoInts]
   int32_t* offsets;  // [batch + 1]
+  int32_t* merge_cnt;  // [batch * quant::decode_merge_row_blocks] (v6's fused merge)
   float* lse_acc;    // [splits, rows]
   float* o_acc;      // [splits, rows, d_c]
 };
@@ -62,7 +63,8 @@ Workspace carve(const quant::Bf16DecodeParams& p);
 // their griddep_wait() (a no-op without the attribute) so it can be switched back here.
 inline bool use_pdl(const quant::Bf16DecodeParams&) { return false; }
 
-// Scheduler (tile: the split kernel's tokens per tile). A planned call (p.planned) skips it.
+// Scheduler (tile: the split kernel's tokens per tile); also zeroes the merge counters. A planned
+// call (p.planned) skips it.
 void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, cudaStream_t stream);
 // The wgmma paths' TMA descriptor of p's cache: a 2-D tensor [num_pages * page_size rows,
 // d_c + d_r] bf16, box 64 columns x box_rows tokens, 128-byte swizzle (the wgmma K-major layout).
@@ -72,6 +74,12 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows);
 void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
+// Whether v6 merges the requests' splits itself (no combine launch): when every part holds whole
+// requests at equal lengths (the part count divides the batch), so splits are rare and the fused
+// merge only saves the combine's launch (+1% at 128 rows on an H200). Where the schedule cuts
+// requests by design (33 parts for B = 128 at 256 rows, or two parts a request), nearly every CTA
+// would end with a merge, and the combine kernel is faster (docs/gpu-notes.md, session 14).
+inline bool v6_fuses_merge(const quant::Bf16DecodeParams& p) { return p.batch % p.num_parts == 0; }
 void launch_manyhead_v7(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 

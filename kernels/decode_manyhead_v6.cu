@@ -11,7 +11,9 @@
 // barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns x 64
 // tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
 // Rounding points as the twin with 64-token tiles and the running-max slack
-// (quant::decode_tile_config_for).
+// (quant::decode_tile_config_for). Where the parts hold whole requests (v6_fuses_merge) no
+// combine launch follows: the CTA that stores the last split of a request's row block merges it
+// (decode_store.cuh: take_merge_ticket, merge_request).
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
@@ -48,7 +50,8 @@ template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v6_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
-                           float* __restrict__ o_acc, float* __restrict__ lse_acc) {
+                           float* __restrict__ o_acc, float* __restrict__ lse_acc, int32_t* __restrict__ merge_cnt,
+                           const bool fuse_merge) {
   using C = V6Cfg<DC>;
   constexpr int S = kV6Stages<DC>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   float* sInvL = sScale + 64;                                            // [64] 1 / l (epilogue)
   float* sLse = sInvL + 64;                                              // [64] (epilogue)
   const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  volatile int* merge_flag = reinterpret_cast<int*>(sLse + 64 + 4 * S);  // after the mbarriers (in the 256 B)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   init_ring(bar0, S);
@@ -94,6 +98,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
   int split = in[4];
   int it = 0;
+  int merge_b0 = -1, merge_b1 = -1;  // requests whose last split this CTA stored (at most its first and last)
   // Warpgroup 0 alone reads Q (S). It loads each segment's Q block with cp.async: the first
   // segment's here, every later one's as the segment before ends (its last S is complete), so the
   // load runs under that segment's last P.V and epilogue instead of stalling both warpgroups at
@@ -248,7 +253,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                 [&](int n) { return make_float2(acc[n * 4 + 2 * h], acc[n * 4 + 2 * h + 1]); }, sInvL[lrow[h]],
                 sLse[lrow[h]], wg == 0 && tq == 0);
     }
+    // The combine, fused (fuse_merge: v6_fuses_merge): the CTA that stores the last split of this
+    // row block of request b merges it once the tile loop is over (a counter per request and row
+    // block).
+    if (fuse_merge && n_split > 1 &&
+        take_merge_ticket(merge_cnt, b * gridDim.x + blockIdx.x, n_split, threadIdx.x, 256, 8, merge_flag)) {
+      if (merge_b0 < 0) merge_b0 = b;
+      else merge_b1 = b;
+    }
   }
+  named_bar_sync(5, 256);  // the last epilogue is done with sLse
+  if (merge_b0 >= 0)
+    merge_request<DC, 64, 256, 16>(p, o_acc, lse_acc, offsets, merge_b0, rows, row0, threadIdx.x, sLse, 9);
+  if (merge_b1 >= 0)
+    merge_request<DC, 64, 256, 16>(p, o_acc, lse_acc, offsets, merge_b1, rows, row0, threadIdx.x, sLse, 9);
 }
 
 template <int DC>
@@ -259,7 +277,8 @@ void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row
                             "mla decode split kernel (many-head path v6) smem limit");
   launch(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream,
          false, "split kernel (v6) launch", make_kv_map(p, kTileTokens), p,
-         static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc);
+         static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc, w.merge_cnt,
+         v6_fuses_merge(p));
 }
 
 }  // namespace

@@ -11,11 +11,13 @@ namespace mla::kernels {
 namespace detail {
 namespace {
 
+// cnt [n_cnt]: the fused merge's ticket counters, zeroed (nullptr: none).
 __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
                                                                         int tile, int parts, int32_t* info,
-                                                                        int32_t* offsets) {
+                                                                        int32_t* offsets, int32_t* cnt, int n_cnt) {
   __shared__ typename ScheduleScan::TempStorage tmp;
   griddep_launch_dependents();  // the split kernel may start its prologue; it waits for us
+  for (int i = threadIdx.x; i < n_cnt; i += kSchedThreads) cnt[i] = 0;
   decode_schedule_block(seqlens, batch, tile, parts, info, offsets, tmp);
 }
 
@@ -38,7 +40,9 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
 }
 
 void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, cudaStream_t stream) {
-  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, tile, p.num_parts, w.info, w.offsets);
+  decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, tile, p.num_parts, w.info, w.offsets,
+                                                           w.merge_cnt,
+                                                           p.batch * quant::decode_merge_row_blocks(p.s_q, p.heads));
   cuda::check(cudaGetLastError(), "schedule launch", "mla decode");
 }
 
@@ -47,7 +51,7 @@ void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int t
 void decode_schedule_on_device(const int32_t* seqlens, int batch, int tile, int num_parts, int32_t* info,
                                int32_t* offsets, cudaStream_t stream) {
   detail::decode_schedule_kernel<<<1, detail::kSchedThreads, 0, stream>>>(seqlens, batch, tile, num_parts, info,
-                                                                           offsets);
+                                                                           offsets, nullptr, 0);
   cuda::check(cudaGetLastError(), "schedule launch", "mla decode");
 }
 

@@ -79,4 +79,79 @@ __device__ __forceinline__ void merge_splits_row(const P& p, const float* o_acc,
   if (t == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
 }
 
+// The combine fused into the split kernel (the combine kernel's arithmetic: the two pieces of
+// merge_splits_row, the same expressions in the same order), in two steps; used by v6 (64-row
+// blocks: a counter per request and row block) and the FP8 narrow kernel (one block).
+// take_merge_ticket: after a split of request b (n_split > 1) is stored, the `threads` storing
+// threads (named barrier bar) take a ticket from cnt[idx]; it returns true in the CTA that takes
+// the last of the n_split tickets (that CTA puts the counter back to 0 for the next call; the
+// scheduler's launch zeroes it first). The split's stores are made visible device-wide before the
+// ticket (__threadfence); flag: a shared int.
+__device__ __forceinline__ bool take_merge_ticket(int32_t* cnt, int idx, int n_split, int t, int threads, int bar,
+                                                  volatile int* flag) {
+  __threadfence();
+  named_bar_sync(bar, threads);
+  if (t == 0) {
+    const bool last = atomicAdd(cnt + idx, 1) == n_split - 1;
+    if (last) atomicExch(cnt + idx, 0);
+    *flag = last;
+  }
+  named_bar_sync(bar, threads);
+  return *flag != 0;
+}
+// merge_request: the CTA that took the last ticket merges rows [row0, row0 + R) (< rows) of
+// request b with THREADS threads t: one thread per row computes its LSE (merge_row_lse) into
+// sLse [R] (shared), then each thread accumulates its (row, 4-column) slots split by split, four
+// slots' loads of a split in flight together (a row at a time, the merge took ~3 L2 round trips
+// per row pair). Call it after the kernel's tile loop: in it, the merge's divergent loops made
+// ptxas serialise every wgmma of the FP8 narrow kernel (C7520). bar: a named barrier of the
+// THREADS threads. P: Bf16DecodeParams or the FP8 decode's parameter block. kChunk: slots whose
+// loads are in flight together per split (4 in the FP8 narrow kernel, where more spilled; v6 at
+// the end of its CTAs has its registers free and takes 16: with 4 the merge ran ~8 dependent
+// rounds of cold loads and made the 256-row shapes 1.5% slower, docs/gpu-notes.md).
+template <int DC, int R, int THREADS, int kChunk = 4, class P>
+__device__ __forceinline__ void merge_request(const P& p, const float* o_acc, const float* lse_acc,
+                                              const int32_t* offsets, int b, int rows, int row0, int t, float* sLse,
+                                              int bar) {
+  static_assert(THREADS >= R, "merge_request: a thread per row for the LSEs");
+  constexpr int kGroups = DC / 4;  // float4 column groups of a row
+  constexpr int kPer = (R * kGroups + THREADS - 1) / THREADS;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  __threadfence();
+  const int s0 = offsets[b], s1 = offsets[b + 1];
+  if (t < R && row0 + t < rows) {
+    const float lse = merge_row_lse(lse_acc, rows, row0 + t, s0, s1);
+    sLse[t] = lse;
+    p.lse[static_cast<size_t>(b) * rows + row0 + t] = lse;
+  }
+  named_bar_sync(bar, THREADS);
+#pragma unroll 1
+  for (int k0 = 0; k0 < kPer; k0 += kChunk) {
+    float4 o[kChunk];
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) o[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = s0; s < s1; ++s) {
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        const int slot = t + (k0 + k) * THREADS, lr = slot / kGroups;
+        if (lr >= R || row0 + lr >= rows) continue;
+        const float lse = sLse[lr];
+        if (lse == neg_inf) continue;
+        const size_t at = static_cast<size_t>(s) * rows + row0 + lr;
+        merge_add(o[k], __ldcg(lse_acc + at), lse,
+                  __ldcg(reinterpret_cast<const float4*>(o_acc + at * DC + 4 * (slot % kGroups))));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k) {
+      const int slot = t + (k0 + k) * THREADS, lr = slot / kGroups;
+      if (lr >= R || row0 + lr >= rows) continue;
+      bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + row0 + lr) * DC + 4 * (slot % kGroups);
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o[k].x, o[k].y);
+      *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(o[k].z, o[k].w);
+    }
+  }
+  named_bar_sync(bar, THREADS);  // sLse is free again
+}
+
 }  // namespace mla::kernels::detail

@@ -1,7 +1,7 @@
 // The FP8 split kernel for requests of <= 32 query rows (s_q H: H <= 16 at s_q = 2, H <= 32 at
 // s_q = 1), called by fp8_decode (kernels/fp8_decode.cu) after the scheduler's launch, or alone
 // for a planned call (fp8_decode_plan): it quantises a BF16 query itself and merges the splits of
-// each request in the CTA that finishes the last one (fp8_decode_device.cuh: take_merge_ticket,
+// each request in the CTA that finishes the last one (decode_store.cuh: take_merge_ticket,
 // merge_request), so no combine launch follows.
 //
 // The 64-row kernel (fp8_decode_rows64.cu) puts query rows in wgmma's M (64 rows: 48 of them
@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
       // A part holds at most two requests of several splits (its first and its last): their
       // merges wait for the end of the tile loop.
       if (n_split > 1 &&
-          take_merge_ticket(merge_cnt, b, n_split, threadIdx.x - 128, 256, kBarTicket, merge_flag)) {
+          detail::take_merge_ticket(merge_cnt, b, n_split, threadIdx.x - 128, 256, kBarTicket, merge_flag)) {
         if (merge_b0 < 0) merge_b0 = b;
         else merge_b1 = b;
       }
@@ -405,8 +405,10 @@ __global__ void __launch_bounds__(kNThreads, 1)
   }
   detail::named_bar_sync(kBarMerge, kConsumers);  // every consumer merges the requests warpgroups 1-2 won
   const int m0 = merge_flag[1], m1 = merge_flag[2];
-  if (m0 >= 0) merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m0, rows, threadIdx.x, merge_lse, kBarMerge);
-  if (m1 >= 0) merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m1, rows, threadIdx.x, merge_lse, kBarMerge);
+  if (m0 >= 0)
+    detail::merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m0, rows, 0, threadIdx.x, merge_lse, kBarMerge);
+  if (m1 >= 0)
+    detail::merge_request<DC, N, kConsumers>(p, o_acc, lse_acc, offsets, m1, rows, 0, threadIdx.x, merge_lse, kBarMerge);
 }
 
 template <int DC, int DR, int N, bool FP4>

@@ -18,6 +18,7 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
   Workspace w;
   w.info = reinterpret_cast<int32_t*>(base + l.info);
   w.offsets = reinterpret_cast<int32_t*>(base + l.offsets);
+  w.merge_cnt = reinterpret_cast<int32_t*>(base + l.cnt);
   w.lse_acc = reinterpret_cast<float*>(base + l.lse);
   w.o_acc = reinterpret_cast<float*>(base + l.o);
   return w;
@@ -63,9 +64,10 @@ void mla_decode_bf16(const Bf16DecodeParams& p_in, cudaStream_t stream) {
     detail::launch_membound(p, w, stream);
   else if (quant::decode_uses_v7(p))
     detail::launch_manyhead_v7(p, w, cfg.row_blocks, stream);
-  else if (quant::decode_uses_v6(p))
+  else if (quant::decode_uses_v6(p)) {
     detail::launch_manyhead_v6(p, w, cfg.row_blocks, stream);
-  else
+    if (detail::v6_fuses_merge(p)) return;  // v6 merged each request's splits itself
+  } else
     detail::launch_mma64(p, w, cfg.row_blocks, stream);
   detail::launch_combine(p, w, stream);
 }

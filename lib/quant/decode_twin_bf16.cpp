@@ -104,7 +104,8 @@ DecodeWorkspaceLayout decode_workspace_layout(int batch, int s_q, int heads, int
   DecodeWorkspaceLayout l;
   l.info = 0;
   l.offsets = l.info + static_cast<size_t>(num_parts) * kPartInfoInts * sizeof(int32_t);
-  l.lse = align256(l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
+  l.cnt = l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t);
+  l.lse = align256(l.cnt + static_cast<size_t>(batch) * decode_merge_row_blocks(s_q, heads) * sizeof(int32_t));
   l.o = align256(l.lse + splits * rows * sizeof(float));
   l.total = l.o + splits * rows * d_c * sizeof(float);
   return l;

@@ -264,11 +264,16 @@ inline int decode_default_parts(int sm_count, const Bf16DecodeParams& p) {
 // Upper bound on splits: each of the num_parts - 1 part boundaries cuts at most one request.
 inline int decode_max_splits(int batch, int num_parts) { return batch + num_parts; }
 
-// The GPU workspace: byte offsets of the schedule (part info at 0, split offsets), the splits'
-// fp32 LSEs [splits, rows] and partial outputs [splits, rows, d_c].
+// The GPU workspace: byte offsets of the schedule (part info at 0, split offsets), the fused
+// merge's ticket counters (int32 [batch, decode_merge_row_blocks]: zeroed by the scheduler, each
+// put back to zero by the CTA that merges), the splits' fp32 LSEs [splits, rows] and partial
+// outputs [splits, rows, d_c].
 struct DecodeWorkspaceLayout {
-  size_t info, offsets, lse, o, total;
+  size_t info, offsets, cnt, lse, o, total;
 };
+// Row blocks a request's merge counters cover: 64-row blocks (the v6 path's, which merges in its
+// split kernel; the other paths launch the combine and leave them unused).
+inline int decode_merge_row_blocks(int s_q, int heads) { return (s_q * heads + 63) / 64; }
 DecodeWorkspaceLayout decode_workspace_layout(int batch, int s_q, int heads, int d_c, int num_parts);
 // Bytes of GPU scratch (decode_workspace_layout(...).total).
 size_t decode_workspace_bytes(int batch, int s_q, int heads, int d_c, int num_parts);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
 
 #include "common/gpu.hpp"
 #include "core/error.hpp"
@@ -56,6 +57,7 @@ struct GpuCaseSpec {
   std::vector<int32_t> seqlens;
   int s_q, heads, d_c, d_r, page_size;
   int variant = 0;  // > 16 rows: 0 = the default path for the shape, 7 = the mma.sync 64-row path
+  int parts = 0;    // split-KV parts; 0 = the path's default
 };
 
 void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
@@ -63,7 +65,7 @@ void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
   DecodeCase c = make_decode_case(s.seqlens, s.s_q, s.heads, s.d_c, s.d_r, s.page_size, seed);
   quant::Bf16DecodeParams shape = c.host_params(0);
   shape.variant = s.variant;
-  const int parts = kernels::decode_parts_for_device(shape);  // the path's own default
+  const int parts = s.parts > 0 ? s.parts : kernels::decode_parts_for_device(shape);  // the path's own default
   DeviceCase d(c, parts);
   d.p.variant = s.variant;
   kernels::mla_decode_bf16(d.p, nullptr);
@@ -71,6 +73,16 @@ void run_gpu_case(const GpuCaseSpec& s, uint64_t seed) {
   const std::vector<uint16_t> gpu_out = d.out.download();
   const std::vector<float> gpu_lse = d.lse.download();
   EXPECT_EQ(d.flag.download()[0], 0);
+  // A second call on the same workspace gives the same bits (v6's fused merge puts its counters
+  // back to zero; the scheduler zeroes them anyway, so the planned call is what tests that).
+  kernels::mla_decode_bf16_plan(d.p, nullptr);
+  quant::Bf16DecodeParams again = d.p;
+  again.planned = true;
+  kernels::mla_decode_bf16(again, nullptr);
+  kernels::mla_decode_bf16(again, nullptr);
+  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  EXPECT_EQ(d.out.download(), gpu_out);
+  EXPECT_EQ(d.lse.download(), gpu_lse);
 
   const Reference ref = reference_decode(c);
   const auto m_ref = model::compare(bf16_to_f64(gpu_out), ref.out);
@@ -171,6 +183,20 @@ TEST(DecodeGpu, WgmmaManyHeadPathDefaultV6) {
 // let the second device's first launch of a > 48 KB kernel fail ("invalid argument", mla-bench --tp 4
 // on GPU 2). One case per path with a large ring: v6 (H = 128 d_c = 512), v7 (d_c = 256, > 64 rows),
 // the memory-bound path (16 rows, d_r = 128).
+// v6 merges splits itself when the part count divides the batch (v6_fuses_merge), else the
+// combine kernel does: both on requests of unequal lengths that part boundaries cut (1 .. 6 parts
+// for 6 requests; 1, 2, 3 and 6 fuse), one row block and two.
+TEST(DecodeGpu, V6FusedMergeAndCombineOnCutRequests) {
+  REQUIRE_GPU();
+  for (int heads : {64, 128})
+    for (int parts : {1, 2, 3, 4, 5, 6}) {
+      SCOPED_TRACE("heads " + std::to_string(heads) + ", parts " + std::to_string(parts));
+      GpuCaseSpec s{"v6 cut requests", {3000, 64, 700, 10000, 1, 4500}, 1, heads, 512, 64, 64};
+      s.parts = parts;
+      run_gpu_case(s, 130 + parts + heads);
+    }
+}
+
 TEST(DecodeGpu, EveryDeviceRunsTheLargeSharedMemoryPaths) {
   REQUIRE_GPU();
   int n = 0;

@@ -137,7 +137,7 @@ TEST(DecodeSchedule, BalancedPartsCutNoRequest) {
 }
 
 // The workspace layout the kernels carve and decode_workspace_bytes counts: the schedule first,
-// then 256-byte-aligned LSE and partial-output arrays large enough for
+// the merge counters, then 256-byte-aligned LSE and partial-output arrays large enough for
 // the worst case of splits (every part boundary cutting a request).
 TEST(DecodeWorkspace, LayoutIsOrderedAlignedAndLargeEnough) {
   for (int batch : {1, 7, 128, 1000})
@@ -149,7 +149,8 @@ TEST(DecodeWorkspace, LayoutIsOrderedAlignedAndLargeEnough) {
         const size_t splits = quant::decode_max_splits(batch, parts);
         EXPECT_EQ(l.info, 0u);
         EXPECT_EQ(l.offsets, l.info + static_cast<size_t>(parts) * kPartInfoInts * sizeof(int32_t));
-        EXPECT_GE(l.lse, l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
+        EXPECT_EQ(l.cnt, l.offsets + (static_cast<size_t>(batch) + 1) * sizeof(int32_t));
+        EXPECT_GE(l.lse, l.cnt + static_cast<size_t>(batch) * ((rows + 63) / 64) * sizeof(int32_t));
         EXPECT_EQ(l.lse % 256, 0u);
         EXPECT_GE(l.o, l.lse + splits * rows * sizeof(float));
         EXPECT_EQ(l.o % 256, 0u);
