@@ -11,7 +11,8 @@
 //   kv_cache [num_pages, page_size, d_c + d_r] bf16 ([x | k_pe] per token)
 //   page_table int32 [batch, max_pages], seqlens int32 [batch]
 //   out      [batch, s_q, heads, d_c] bf16, lse [batch, s_q, heads] fp32 (natural log)
-// Three launches on `stream` (two for a planned call), no host synchronisation, no allocation:
+// Scheduler, split kernel, combine on `stream` (no scheduler for a planned call; no combine where
+// the v6 split kernel merges the splits itself), no host synchronisation, no allocation:
 // capturable in a graph.
 #include <cuda_runtime.h>
 
