@@ -20,6 +20,21 @@ mla::kernels::Bf16DecodeParams make_params(const void* q, const void* kv_cache, 
   p.variant = variant;
   return p;
 }
+// The three GPU entry points below: a call with its scheduler, the plan alone, a planned call.
+enum class Call { Run, Plan, RunPlanned };
+int decode_call(Call c, const void* q, const void* kv_cache, const int32_t* page_table, const int32_t* seqlens,
+                void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages, int page_size,
+                int max_pages, float scale, int variant, int num_parts, void* workspace, size_t workspace_bytes,
+                void* stream, char* err, size_t err_len) {
+  return mla::capi::report_errors(err, err_len, [&] {
+    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
+                         max_pages, scale, variant);
+    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
+    p.planned = c == Call::RunPlanned;
+    if (c == Call::Plan) mla::kernels::mla_decode_bf16_plan(p, static_cast<cudaStream_t>(stream));
+    else mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
+  });
+}
 }  // namespace
 
 extern "C" {
@@ -44,12 +59,8 @@ int mla_decode_capi_run(const void* q, const void* kv_cache, const int32_t* page
                         void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
                         int page_size, int max_pages, float scale, int variant, int num_parts, void* workspace,
                         size_t workspace_bytes, void* stream, char* err, size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
-                         max_pages, scale, variant);
-    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
-    mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
-  });
+  return decode_call(Call::Run, q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages,
+                     page_size, max_pages, scale, variant, num_parts, workspace, workspace_bytes, stream, err, err_len);
 }
 
 // mla::kernels::mla_decode_bf16_plan with mla_decode_capi_run's arguments (the schedule into the
@@ -59,25 +70,17 @@ int mla_decode_capi_plan(const void* q, const void* kv_cache, const int32_t* pag
                          void* out, float* lse, int batch, int s_q, int heads, int d_c, int d_r, int num_pages,
                          int page_size, int max_pages, float scale, int variant, int num_parts, void* workspace,
                          size_t workspace_bytes, void* stream, char* err, size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
-                         max_pages, scale, variant);
-    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
-    mla::kernels::mla_decode_bf16_plan(p, static_cast<cudaStream_t>(stream));
-  });
+  return decode_call(Call::Plan, q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages,
+                     page_size, max_pages, scale, variant, num_parts, workspace, workspace_bytes, stream, err, err_len);
 }
 int mla_decode_capi_run_planned(const void* q, const void* kv_cache, const int32_t* page_table,
                                 const int32_t* seqlens, void* out, float* lse, int batch, int s_q, int heads, int d_c,
                                 int d_r, int num_pages, int page_size, int max_pages, float scale, int variant,
                                 int num_parts, void* workspace, size_t workspace_bytes, void* stream, char* err,
                                 size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-    auto p = make_params(q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r, num_pages, page_size,
-                         max_pages, scale, variant);
-    mla::capi::set_split(p, num_parts, workspace, workspace_bytes);
-    p.planned = true;
-    mla::kernels::mla_decode_bf16(p, static_cast<cudaStream_t>(stream));
-  });
+  return decode_call(Call::RunPlanned, q, kv_cache, page_table, seqlens, out, lse, batch, s_q, heads, d_c, d_r,
+                     num_pages, page_size, max_pages, scale, variant, num_parts, workspace, workspace_bytes, stream, err,
+                     err_len);
 }
 
 // The CPU twin (quant::decode_twin_bf16) on host buffers with the same arguments as
