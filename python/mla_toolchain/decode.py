@@ -6,8 +6,8 @@ query token sees all L keys, the one before it L - 1), LSE in natural log laid o
 output ([batch, s_q, heads]), -inf for a row that sees no key. flash_mla_compat builds FlashMLA's
 interface on it.
 
-One call = three kernel launches on torch's current stream (device scheduler, split kernel,
-combine); outputs and scratch come from torch's caching allocator; no host synchronisation, so
+One call = up to three kernel launches on torch's current stream (device scheduler, split kernel,
+combine; no combine where the many-head split kernel merges the splits itself); outputs and scratch come from torch's caching allocator; no host synchronisation, so
 a call can be captured in a CUDA graph. The split schedule is computed on the device from
 cache_seqlens in every call, so a replayed graph follows new lengths.
 """
