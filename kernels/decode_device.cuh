@@ -28,6 +28,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Every cp.async this thread issued, committed or not, complete (then fence_proxy_async before a
+// wgmma reads them, and a barrier for the other threads).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -149,36 +152,10 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
                : "memory");
 }
 
-// cp.async of 16 bytes global -> shared, the bytes past src_bytes (0 or 16) zero-filled (src is not
-// read when src_bytes = 0 but must be a valid address); completion by cp_async_wait_all in the
-// issuing thread, then fence_proxy_async before a wgmma reads them.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+// Whether a part (its schedule entry ending at request end_b, tile end_t, exclusive) still has
+// the segment of request b starting at tile t: the split kernels' segment-loop condition.
+__device__ __forceinline__ bool part_has_segment(int b, int t, int end_b, int end_t) {
+  return b < end_b || (b == end_b && t < end_t);
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-// Copies `count` 16-byte chunks from global to shared memory, thread t of `threads` taking
-// chunks t, t + threads, ...: src(c) is chunk c's source (nullptr: zeros), dst(c) its shared
-// address. The loads are issued kBatch at a time before their stores: st_shared_v4's asm carries
-// a memory clobber, so in a load-then-store loop no load can be hoisted above the previous store,
-// and each chunk waited for a whole global round trip (18 in a row for a 64-row bf16 Q block at
-// 256 threads, once per request segment; docs/gpu-notes.md, session 14). Read-only sources only
-// (the loads go through the non-coherent path).
-template <int kBatch, class Src, class Dst>
-__device__ __forceinline__ void copy_chunks_g2s(int count, int t, int threads, Src src, Dst dst) {
-  for (int c0 = t; c0 < count; c0 += kBatch * threads) {
-    uint4 v[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int c = c0 + j * threads;
-      const uint4* g = c < count ? src(c) : nullptr;
-      v[j] = g != nullptr ? __ldg(g) : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (c0 + j * threads < count) st_shared_v4(dst(c0 + j * threads), v[j]);
-  }
-}
-
 
 }  // namespace mla::kernels::detail

@@ -104,12 +104,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   // load runs under that segment's last P.V and epilogue instead of stalling both warpgroups at
   // the next start. (Issued inside the tile loop, after the last tile's S, it measured 1-2%
   // slower on long requests; docs/gpu-notes.md, session 14.)
-  if (wg == 0 && (begin_b < end_b || begin_t < end_t)) issue_q_rows(p, begin_b, row0, sQ, threadIdx.x, 128);
+  if (wg == 0 && part_has_segment(begin_b, begin_t, end_b, end_t)) issue_q_rows(p, begin_b, row0, sQ, threadIdx.x, 128);
   for (int b = begin_b, t = begin_t; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
     const int L = p.seqlens[b];
     const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kTileTokens);
     const int n_split = offsets[b + 1] - offsets[b];
-    const bool next_segment = b + 1 < end_b || (b + 1 == end_b && end_t > 0);
+    const bool next_segment = part_has_segment(b + 1, 0, end_b, end_t);
     named_bar_sync(1, 256);  // the previous segment's epilogue is done with the row floats
     if (wg == 0) {
       cp_async_wait_all();  // this thread's chunks of the segment's Q

@@ -76,28 +76,11 @@ __device__ __forceinline__ void zero_tail_rows(uint32_t tile, int valid, int nbl
   fence_proxy_async();
 }
 // Q rows [rbase, rbase + 64) of request b into the 128-byte-swizzled K-major layout at dst
-// (64-column blocks of 64 rows x 128 B), rows past `rows` as zeros; `threads` threads.
-__device__ __forceinline__ void load_q_rows(const quant::Bf16DecodeParams& p, int b, int rbase, uint32_t dst, int t,
-                                            int threads) {
-  const int dim = p.d_c + p.d_r, rows = p.s_q * p.heads, cpr = dim / 8;
-  const bf16* qb = reinterpret_cast<const bf16*>(p.q) + static_cast<size_t>(b) * rows * dim;
-  copy_chunks_g2s<12>(
-      64 * cpr, t, threads,
-      [&](int c) -> const uint4* {
-        const int r = c / cpr, k = c - r * cpr;
-        return rbase + r < rows ? reinterpret_cast<const uint4*>(qb + static_cast<size_t>(rbase + r) * dim + k * 8)
-                                : nullptr;
-      },
-      [&](int c) {
-        const int r = c / cpr, k = c - r * cpr;
-        return dst + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4);
-      });
-  fence_proxy_async();  // generic stores -> read by wgmma (async proxy)
-}
-
-// load_q_rows without waiting: the same chunks into the same layout by cp.async (rows past
-// `rows` zero-filled), so a segment's Q can be loaded under the previous segment's last tile. The
-// issuing threads complete it with cp_async_wait_all(), then fence_proxy_async() and a barrier.
+// (64-column blocks of 64 rows x 128 B), rows past `rows` as zeros, by cp.async from `threads`
+// threads (thread index t), not waited for: the issuing threads complete it with
+// cp_async_wait_all(), then fence_proxy_async() and a barrier, so a request's Q can be loaded under
+// the previous request's last tile (v6). (A load-then-st.shared loop had waited a global round
+// trip per 16-byte chunk: the asm store's memory clobber keeps the next load behind it.)
 __device__ __forceinline__ void issue_q_rows(const quant::Bf16DecodeParams& p, int b, int rbase, uint32_t dst, int t,
                                              int threads) {
   const int dim = p.d_c + p.d_r, rows = p.s_q * p.heads, cpr = dim / 8;
@@ -106,8 +89,15 @@ __device__ __forceinline__ void issue_q_rows(const quant::Bf16DecodeParams& p, i
     const int r = c / cpr, k = c - r * cpr;
     const bool in = rbase + r < rows;
     cp_async_16(dst + (k >> 3) * 8192 + r * 128 + (((k & 7) ^ (r & 7)) << 4),
-                in ? qb + static_cast<size_t>(rbase + r) * dim + k * 8 : qb, in ? 16u : 0u);
+                in ? qb + static_cast<size_t>(rbase + r) * dim + k * 8 : qb, in);
   }
+}
+// The same, completed for this thread (the caller's barrier publishes it to the others).
+__device__ __forceinline__ void load_q_rows(const quant::Bf16DecodeParams& p, int b, int rbase, uint32_t dst, int t,
+                                            int threads) {
+  issue_q_rows(p, b, rbase, dst, t, threads);
+  cp_async_wait_all();
+  fence_proxy_async();  // -> read by wgmma (async proxy)
 }
 
 }  // namespace mla::kernels::detail

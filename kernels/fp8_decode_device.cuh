@@ -126,36 +126,10 @@ __device__ __forceinline__ uint32_t q8_chunk(uint32_t sQ8, int r, int k) {
 
 // Query rows [row0, row0 + R) of request b (zeros past `rows`) into shared memory in the
 // K-major swizzled layouts wgmma reads: q8 as DC / 128 column blocks of R x 128 B (128-byte
-// swizzle), q_rope as R rows of 2 DR bytes (128- or 64-byte swizzle). Threads t of n.
-template <int DC, int DR, int R>
-__device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int b, int rows, int row0, uint32_t sQ8,
-                                           uint32_t sQR, int t, int n) {
-  constexpr int kRB = 2 * DR;
-  const uint8_t* q8 = p.q8 + static_cast<size_t>(b) * rows * DC;
-  detail::copy_chunks_g2s<8>(
-      R * (DC / 16), t, n,
-      [&](int c) -> const uint4* {
-        const int r = c / (DC / 16), k = c % (DC / 16);
-        return row0 + r < rows ? reinterpret_cast<const uint4*>(q8 + static_cast<size_t>(row0 + r) * DC + k * 16)
-                               : nullptr;
-      },
-      [&](int c) { return q8_chunk<R>(sQ8, c / (DC / 16), c % (DC / 16)); });
-  const uint8_t* qr = reinterpret_cast<const uint8_t*>(p.q_rope) + static_cast<size_t>(b) * rows * kRB;
-  detail::copy_chunks_g2s<8>(
-      R * (kRB / 16), t, n,
-      [&](int c) -> const uint4* {
-        const int r = c / (kRB / 16), k = c % (kRB / 16);
-        return row0 + r < rows ? reinterpret_cast<const uint4*>(qr + static_cast<size_t>(row0 + r) * kRB + k * 16)
-                               : nullptr;
-      },
-      [&](int c) { return sQR + quant::fp8_swizzle((c / (kRB / 16)) * kRB + (c % (kRB / 16)) * 16, kRB); });
-  detail::fence_proxy_async();
-}
-
-// load_query without waiting: the same chunks into the same layouts by cp.async (rows past
-// `rows` zero-filled), so a segment's query can be loaded while the warpgroup that reads it
-// finishes the segment before. The issuing threads complete it with detail::cp_async_wait_all(),
-// then detail::fence_proxy_async() and a barrier.
+// swizzle), q_rope as R rows of 2 DR bytes (128- or 64-byte swizzle). Threads t of n, by cp.async,
+// not waited for: the issuing threads complete it with detail::cp_async_wait_all(), then
+// detail::fence_proxy_async() and a barrier, so a segment's query can be loaded while the
+// warpgroup that reads it finishes the segment before (the 64-row kernel).
 template <int DC, int DR, int R>
 __device__ __forceinline__ void issue_query(const quant::Fp8DecodeParams& p, int b, int rows, int row0, uint32_t sQ8,
                                             uint32_t sQR, int t, int n) {
@@ -164,15 +138,23 @@ __device__ __forceinline__ void issue_query(const quant::Fp8DecodeParams& p, int
   for (int c = t; c < R * (DC / 16); c += n) {
     const int r = c / (DC / 16), k = c % (DC / 16);
     const bool in = row0 + r < rows;
-    detail::cp_async_16(q8_chunk<R>(sQ8, r, k), in ? q8 + static_cast<size_t>(row0 + r) * DC + k * 16 : q8, in ? 16u : 0u);
+    detail::cp_async_16(q8_chunk<R>(sQ8, r, k), in ? q8 + static_cast<size_t>(row0 + r) * DC + k * 16 : q8, in);
   }
   const uint8_t* qr = reinterpret_cast<const uint8_t*>(p.q_rope) + static_cast<size_t>(b) * rows * kRB;
   for (int c = t; c < R * (kRB / 16); c += n) {
     const int r = c / (kRB / 16), k = c % (kRB / 16);
     const bool in = row0 + r < rows;
     detail::cp_async_16(sQR + quant::fp8_swizzle(r * kRB + k * 16, kRB),
-                        in ? qr + static_cast<size_t>(row0 + r) * kRB + k * 16 : qr, in ? 16u : 0u);
+                        in ? qr + static_cast<size_t>(row0 + r) * kRB + k * 16 : qr, in);
   }
+}
+// The same, completed for this thread (the caller's barrier publishes it to the others).
+template <int DC, int DR, int R>
+__device__ __forceinline__ void load_query(const quant::Fp8DecodeParams& p, int b, int rows, int row0, uint32_t sQ8,
+                                           uint32_t sQR, int t, int n) {
+  issue_query<DC, DR, R>(p, b, rows, row0, sQ8, sQR, t, n);
+  detail::cp_async_wait_all();
+  detail::fence_proxy_async();
 }
 
 // A bf16 query the split kernel quantises itself (fp8_decode_bf16q with a 16-byte aligned query:

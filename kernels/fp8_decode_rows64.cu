@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int it = 0;
   if (wg == 0) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
-    if (in[0] < end_b || in[1] < end_t) issue_query<DC, DR, kRows>(p, in[0], rows, row0, sQ8, sQR, threadIdx.x, 128);
+    if (detail::part_has_segment(in[0], in[1], end_b, end_t))
+      issue_query<DC, DR, kRows>(p, in[0], rows, row0, sQ8, sQR, threadIdx.x, 128);
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
       const int L = p.seqlens[b];
       const int stop = (b == end_b) ? end_t : quant::decode_tiles(L, kT);
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         gmma::wait<0>();
         finish(sv, ti, it++);
       }
-      if (b + 1 < end_b || (b + 1 == end_b && end_t > 0))  // the next segment's query: this one's S are done
+      if (detail::part_has_segment(b + 1, 0, end_b, end_t))  // the next segment's query: this one's S are done
         issue_query<DC, DR, kRows>(p, b + 1, rows, row0, sQ8, sQR, threadIdx.x, 128);
       // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of the thread's two rows ----
       if (b != in[0]) detail::named_bar_sync(kBarFinFree, kConsumers);  // warpgroups 1-2 stored the last segment
@@ -252,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       detail::named_bar_sync(kBarFin, kConsumers);
       store_pv_rows<DC, NB, kRows>(p, o_acc, lse_acc, b, split, n_split, rows, row0, g0, wiw, g, acc, fin, tq,
                     wg == 1 && wiw == 0 && g == 0);
-      if (b + 1 < end_b || (b + 1 == end_b && end_t > 0)) detail::named_bar_arrive(kBarFinFree, kConsumers);  // fin read
+      if (detail::part_has_segment(b + 1, 0, end_b, end_t)) detail::named_bar_arrive(kBarFinFree, kConsumers);  // fin read
     }
   }
 }
