@@ -73,26 +73,25 @@ bool fp8_decode_shape_supported(const quant::Fp8DecodeParams& p) {
 int fp8_decode_parts_for_device(const quant::Fp8DecodeParams& p) { return quant::fp8_decode_default_parts(cuda::sm_count(), p); }
 
 namespace {
-// The workspace: the BF16 decode's (schedule, split partials), the merge counters [batch], then
-// (with the query) the quantised query.
+// The workspace: the BF16 decode's (schedule, merge counters: the narrow kernel uses the first
+// `batch` of them, split partials), then (with the query) the quantised query.
 size_t base_bytes(const quant::Fp8DecodeParams& p, int parts) {
   return align256(quant::decode_workspace_bytes(p.batch, p.s_q, p.heads, p.d_c, parts));
 }
-size_t counters_bytes(const quant::Fp8DecodeParams& p) { return align256(static_cast<size_t>(p.batch) * 4); }
 int parts_of(const quant::Fp8DecodeParams& p) { return p.num_parts > 0 ? p.num_parts : fp8_decode_parts_for_device(p); }
 }  // namespace
 
 Fp8QueryOffsets fp8_decode_query_offsets(const quant::Fp8DecodeParams& p) {
   const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
   Fp8QueryOffsets o;
-  o.q8 = base_bytes(p, parts_of(p)) + counters_bytes(p);
+  o.q8 = base_bytes(p, parts_of(p));
   o.q_rope = o.q8 + align256(rows * p.d_c);
   o.q_scale = o.q_rope + align256(rows * p.d_r * 2);
   return o;
 }
 
 size_t fp8_decode_workspace_bytes(const quant::Fp8DecodeParams& p, bool with_query) {
-  if (!with_query) return base_bytes(p, parts_of(p)) + counters_bytes(p);
+  if (!with_query) return base_bytes(p, parts_of(p));
   const size_t rows = static_cast<size_t>(p.batch) * p.s_q * p.heads;
   return fp8_decode_query_offsets(p).q_scale + align256(rows * 4);
 }
@@ -113,10 +112,6 @@ void check_gpu_shape(const quant::Fp8DecodeParams& p) {
                      ") has no GPU kernel (supported: d_c 128, 256, 512 with d_r 32 or 64; the CPU twin takes more)");
 }
 
-int32_t* merge_counters(const quant::Fp8DecodeParams& p, int parts) {
-  return reinterpret_cast<int32_t*>(static_cast<char*>(p.workspace) + base_bytes(p, parts));
-}
-
 void check_workspace(const quant::Fp8DecodeParams& p, const char* what) {
   const size_t need = fp8_decode_workspace_bytes(p, false);
   if (p.workspace == nullptr || p.workspace_bytes < need)
@@ -125,12 +120,12 @@ void check_workspace(const quant::Fp8DecodeParams& p, const char* what) {
 }
 
 // The prologue launch: the schedule (schedule) and/or the query's quantisation (qq, rows > 0).
-void launch_prologue(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int32_t* cnt, bool schedule,
+void launch_prologue(const quant::Fp8DecodeParams& p, const detail::Workspace& w, bool schedule,
                      const QueryToQuantise* qq, int rows, bool vec, cudaStream_t stream) {
   const QueryToQuantise q = qq ? *qq : QueryToQuantise{};
   fp8_prologue_kernel<<<1 + (rows + kPrologueRowsPerBlock - 1) / kPrologueRowsPerBlock, detail::kSchedThreads, 0,
-                        stream>>>(schedule, p.seqlens, p.batch, p.num_parts, w.info, w.offsets, cnt, q.q, rows, p.d_c,
-                                  p.d_r, q.q8, q.q_rope, q.q_scale, vec);
+                        stream>>>(schedule, p.seqlens, p.batch, p.num_parts, w.info, w.offsets, w.merge_cnt, q.q, rows,
+                                  p.d_c, p.d_r, q.q8, q.q_rope, q.q_scale, vec);
   cuda::check(cudaGetLastError(), "fp8 decode prologue launch (scheduler / query quantisation)", "mla decode");
 }
 
@@ -148,17 +143,16 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
   check_workspace(p, "fp8 decode params");
   const quant::Bf16DecodeParams po = output_shim(p, parts);
   const detail::Workspace w = detail::carve(po);
-  int32_t* cnt = merge_counters(p, parts);
   const int rows = p.batch * p.s_q * p.heads;
   const bool narrow = p.s_q * p.heads <= fp8::kNarrowRows;
   const bool vec = qq != nullptr && fp8enc::query_vec_ok(qq->q, qq->q8, qq->q_rope, p.d_c, p.d_r);
   const bool quantise_in_split = narrow && vec;
   const int prologue_rows = (qq != nullptr && !quantise_in_split) ? rows : 0;
-  if (!p.planned || prologue_rows > 0) launch_prologue(p, w, cnt, !p.planned, qq, prologue_rows, vec, stream);
+  if (!p.planned || prologue_rows > 0) launch_prologue(p, w, !p.planned, qq, prologue_rows, vec, stream);
   if (narrow) {
     fp8::NarrowExtras x;
     if (quantise_in_split) x.query = fp8::QuerySrc{qq->q, qq->q8, qq->q_rope, qq->q_scale};
-    x.merge_cnt = cnt;
+    x.merge_cnt = w.merge_cnt;
     fp8::launch_narrow(p, x, w, parts, stream, fp4_cache);
     return;
   }
@@ -195,7 +189,7 @@ void fp8_decode_plan(const quant::Fp8DecodeParams& p_in, cudaStream_t stream) {
   p.num_parts = parts_of(p);
   check_workspace(p, "fp8 decode params");
   const detail::Workspace w = detail::carve(output_shim(p, p.num_parts));
-  launch_prologue(p, w, merge_counters(p, p.num_parts), true, nullptr, 0, false, stream);
+  launch_prologue(p, w, true, nullptr, 0, false, stream);
 }
 
 void fp8_decode(const quant::Fp8DecodeParams& p, cudaStream_t stream) { decode_impl(p, stream, false); }
