@@ -1,11 +1,9 @@
 // Split-KV scheduler: quant::compute_decode_schedule's closed form on the device
-// (kernels/decode_schedule.cuh); same output as the host. Also the wgmma paths' TMA descriptor
-// of the cache (host-encoded, a kernel parameter of the split kernel).
+// (kernels/decode_schedule.cuh); same output as the host. It also zeroes v6's merge counters.
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_schedule.cuh"
 #include "kernels/mla_decode.hpp"
-#include "kernels/tensor_map.hpp"
 
 namespace mla::kernels {
 namespace detail {
@@ -22,22 +20,6 @@ __global__ void __launch_bounds__(kSchedThreads) decode_schedule_kernel(const in
 }
 
 }  // namespace
-
-// Columns past d_c + d_r read as zeros.
-CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
-  CUtensorMap m;
-  const cuuint64_t dim = static_cast<cuuint64_t>(p.d_c + p.d_r);
-  const cuuint64_t gdim[2] = {dim, static_cast<cuuint64_t>(p.num_pages) * p.page_size};
-  const cuuint64_t gstride[1] = {dim * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = cuda::encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache),
-                                          gdim, gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw Error("mla decode: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
-  return m;
-}
 
 void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int tile, cudaStream_t stream) {
   decode_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p.seqlens, p.batch, tile, p.num_parts, w.info, w.offsets,

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/decode_launch.hpp"
+#include "kernels/tensor_map.hpp"
 
 namespace mla::kernels {
 namespace detail {
@@ -22,6 +23,23 @@ Workspace carve(const quant::Bf16DecodeParams& p) {
   w.lse_acc = reinterpret_cast<float*>(base + l.lse);
   w.o_acc = reinterpret_cast<float*>(base + l.o);
   return w;
+}
+
+// decode_launch.hpp: the wgmma paths' TMA descriptor of the cache. Columns past d_c + d_r read as
+// zeros.
+CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dim = static_cast<cuuint64_t>(p.d_c + p.d_r);
+  const cuuint64_t gdim[2] = {dim, static_cast<cuuint64_t>(p.num_pages) * p.page_size};
+  const cuuint64_t gstride[1] = {dim * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = cuda::encode_tiled()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv_cache),
+                                          gdim, gstride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw Error("mla decode: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return m;
 }
 
 }  // namespace detail

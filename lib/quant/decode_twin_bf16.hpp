@@ -58,9 +58,9 @@ struct Bf16DecodeParams {
   // points with the tile of decode_tile_config_for.
   int variant = 0;
   // GPU only: the workspace already holds kernels::mla_decode_bf16_plan's schedule for these
-  // seqlens, batch, s_q, heads, d_c, variant and num_parts, so the decode launches no scheduler
-  // (one plan per decode step serves every layer: the cache, query and outputs may differ). The
-  // twin ignores it.
+  // seqlens, shape (batch, s_q, heads, d_c, d_r), variant and num_parts, so the decode launches
+  // no scheduler (one plan per decode step serves every layer: the cache, query and outputs may
+  // differ). The twin ignores it.
   bool planned = false;
 };
 
