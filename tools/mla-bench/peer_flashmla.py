@@ -4,7 +4,9 @@
 Both run on the same device tensors (queries, paged cache, page table, lengths) on the same
 stream, interleaved call by call (the order alternates), each call after an L2 flush and a
 short GPU spin so that host-side launch work never shows in the timed region; CUDA events
-around the call; median over runs. The device's copy bandwidth and bf16 GEMM rate are measured
+around the call; median over runs, and the ratio FlashMLA / ours as the median of each round's
+pair with a 95% bootstrap interval (the pair ran back to back, under the same clock and power
+state; paired_ratio). The device's copy bandwidth and bf16 GEMM rate are measured
 in the same process and give each shape's roofline floor.
 
 Ours is reached through tools/mla-bench/libmla_decode_capi.so (a C entry point to
@@ -23,6 +25,7 @@ import argparse
 import ctypes
 import json
 import math
+import random
 import statistics
 import sys
 
@@ -196,7 +199,9 @@ def ceilings(timer):
     return {"copy_gbs": 2.0 * n / (copy_us * 1e-6) / 1e9, "gemm_tflops": 2.0 * 8192**3 / (gemm_us * 1e-6) / 1e12}
 
 
-def interleaved(timer, fns, runs, warmup):
+def interleaved_times(timer, fns, runs, warmup):
+    """Every timed call of each fn: runs rounds, each calling every fn once, the order reversed
+    every other round (so neither kernel always follows the other)."""
     for _ in range(warmup):
         for f in fns:
             f()
@@ -205,7 +210,24 @@ def interleaved(timer, fns, runs, warmup):
         order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
         for i in order:
             times[i].append(timer.once(fns[i]))
+    return times
+
+
+def interleaved(timer, fns, runs, warmup):
+    """Median and (min, max) of each fn's interleaved calls (interleaved_times)."""
+    times = interleaved_times(timer, fns, runs, warmup)
     return [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+
+
+def paired_ratio(num, den, reps=2000, seed=0):
+    """Median over rounds of num[r] / den[r] (two kernels' times in the same round, so both saw
+    the same clock and power state: on an H200 under its power cap the medians of either kernel
+    move by 5-20% with what ran before, docs/gpu-notes.md session 14) and its 95% bootstrap
+    interval (rounds resampled with replacement, percentile method)."""
+    ratios = [a / b for a, b in zip(num, den)]
+    rng = random.Random(seed)
+    boots = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(reps))
+    return statistics.median(ratios), boots[int(0.025 * reps)], boots[int(0.975 * reps) - 1]
 
 
 def roofline(case, ceil):
@@ -323,7 +345,8 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
         check += (", " if check else "") + ("base: bit-identical" if same else
                                             f"base: DIFFERS (out rel_l2 {rel_l2(o1, o2):.1e})")
         fns.append(run_base)
-    med, rng = interleaved(timer, fns, args.runs, args.warmup)
+    times = interleaved_times(timer, fns, args.runs, args.warmup)
+    med, rng = [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
     floor, bound = roofline(mine, ceil)
     row = {"ours_shape": our_shape, "ours_us": med[0], "ours_range_us": rng[0], "parts": parts,
            "floor_us": floor, "bound": bound, "ours_frac_floor": floor / med[0],
@@ -334,10 +357,15 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
         row.update({"peer_shape": peer_shape, "flashmla_us": med[1], "flashmla_range_us": rng[1],
                     "flashmla_floor_us": pfloor, "flashmla_frac_floor": pfloor / med[1],
                     "ratio_flashmla_over_ours": med[1] / med[0], "check": check})
-        line += f" {med[1]:11.1f} {100 * pfloor / med[1]:9.1f}% {med[1] / med[0]:8.2f}x  {check}"
+        pr = paired_ratio(times[1], times[0])
+        row["paired_flashmla_over_ours"] = {"median": pr[0], "ci95": [pr[1], pr[2]]}
+        line += (f" {med[1]:11.1f} {100 * pfloor / med[1]:9.1f}% {med[1] / med[0]:8.2f}x "
+                 f"(paired {pr[0]:.3f} [{pr[1]:.3f}, {pr[2]:.3f}])  {check}")
     if base is not None:
-        row.update({"base_us": med[-1], "base_range_us": rng[-1], "ratio_base_over_ours": med[-1] / med[0]})
-        line += f"  | base {med[-1]:.1f} us, base / ours {med[-1] / med[0]:.3f}"
+        pb = paired_ratio(times[-1], times[0])
+        row.update({"base_us": med[-1], "base_range_us": rng[-1], "ratio_base_over_ours": med[-1] / med[0],
+                    "paired_base_over_ours": {"median": pb[0], "ci95": [pb[1], pb[2]]}})
+        line += f"  | base {med[-1]:.1f} us, base / ours {med[-1] / med[0]:.3f} (paired {pb[0]:.3f} [{pb[1]:.3f}, {pb[2]:.3f}])"
     print(line, flush=True)
     return row
 

@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, with_parts, add_l2_resident_arg, l2_resident_note  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved_times, paired_ratio, rel_l2, with_parts, add_l2_resident_arg, l2_resident_note  # noqa: E402
 
 V32_BYTES_PER_TOKEN = 656
 
@@ -203,7 +203,8 @@ def main():
             torch.cuda.synchronize()
             check = f"out vs FlashMLA bf16 rel_l2 {rel_l2(o1, o2):.2e}"
         fns.append(run_ours.unplanned)  # last: the indices above stay
-        med, rng = interleaved(timer, fns, args.runs, args.warmup)
+        times = interleaved_times(timer, fns, args.runs, args.warmup)
+        med, rng = [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
         rows = B * sq * H
         dim = dc + 64
         q_bytes = rows * (dim * 2 + dc * 2 + 4)
@@ -221,6 +222,9 @@ def main():
         if peer:
             row.update({"flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1], "flashmla_bf16_floor_us": fl_bf16,
                         "flashmla_bf16_frac_floor": fl_bf16 / med[1], "speedup_vs_bf16": med[1] / med[0]})
+            pr = paired_ratio(times[1], times[0])
+            row["paired_speedup_vs_bf16"] = {"median": pr[0], "ci95": [pr[1], pr[2]]}
+            check = f"paired {pr[0]:.3f} [{pr[1]:.3f}, {pr[2]:.3f}]; " + check
             line += f" {med[1]:10.1f} {100 * fl_bf16 / med[1]:6.1f}% {med[1] / med[0]:6.2f}x"
         else:
             line += f" {'-':>10} {'-':>7} {'-':>7}"

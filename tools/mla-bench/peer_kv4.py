@@ -23,12 +23,13 @@ import argparse
 import ctypes
 import json
 import os
+import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved, rel_l2, add_l2_resident_arg, l2_resident_note  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved_times, paired_ratio, rel_l2, add_l2_resident_arg, l2_resident_note  # noqa: E402
 from peer_fp8 import fp8_gemm_tflops  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -190,7 +191,10 @@ def main():
             o3, _ = run_fp8()
             torch.cuda.synchronize()
             check += f"; fp8 route vs FlashMLA {rel_l2(o3, o2):.2e}"
-        med, rng = interleaved(timer, fns, args.runs, args.warmup)
+        times = interleaved_times(timer, fns, args.runs, args.warmup)
+        med, rng = [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+        pr = paired_ratio(times[1], times[0])
+        check = f"paired {pr[0]:.3f} [{pr[1]:.3f}, {pr[2]:.3f}]; " + check
         rows = B * sq * H
         q_bytes = rows * (c.dim * 2 + 512 * 2 + 4)
         bytes4 = B * L * bytes_per_token(fmt, 512, 64) + q_bytes
@@ -203,7 +207,8 @@ def main():
                                "ours_range_us": rng[0], "ours_floor_us": fl4, "ours_frac_floor": fl4 / med[0],
                                "flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1],
                                "flashmla_bf16_floor_us": fl16, "flashmla_frac_floor": fl16 / med[1],
-                               "speedup_vs_bf16": med[1] / med[0], "byte_ratio": bytes16 / bytes4, "check": check}
+                               "speedup_vs_bf16": med[1] / med[0], "byte_ratio": bytes16 / bytes4, "check": check,
+                               "paired_speedup_vs_bf16": {"median": pr[0], "ci95": [pr[1], pr[2]]}}
         if fp8_route:
             res["shapes"][name].update({"fp8_route_us": med[2], "fp8_route_range_us": rng[2], "fp8_route_floor_us": fl8,
                                         "fp8_route_frac_floor": fl8 / med[2], "fp8_route_speedup_vs_bf16": med[1] / med[2]})
