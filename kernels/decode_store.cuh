@@ -56,27 +56,45 @@ __device__ __forceinline__ void merge_add(float4& o, float lse_s, float lse, flo
   o.w += w * v.w;
 }
 
-// Merges splits [s0, s1) of request b, row r (threads t of `threads`, 4 columns each) and writes
-// the bf16 row and its LSE: the combine kernel's body.
+// Merges splits [s0, s1) of request b, row r, with the 32 lanes t of a warp (DC / 128 float4
+// column groups each; at DC < 128 the lanes past DC / 4 columns only help with nothing) and writes
+// the bf16 row and its LSE: the combine kernel's body. A split's groups are loaded together and
+// the split loop is unrolled by two, so a lane has up to 2 DC / 128 loads in flight: with one
+// group at a time (a runtime split loop inside the column loop) a row took ~10 dependent L2 / HBM
+// round trips, and the combine ran 16-18 us at 256 rows where the partials' bytes take ~10
+// (docs/gpu-notes.md, session 15). Per element the same expressions in the same order as before
+// (merge_add, split by split), so the outputs are unchanged.
 // P: Bf16DecodeParams, or the FP8 decode's parameter block (the same field names).
-template <class P>
+template <int DC, class P>
 __device__ __forceinline__ void merge_splits_row(const P& p, const float* o_acc, const float* lse_acc, int b, int r,
-                                                 int s0, int s1, int t, int threads) {
+                                                 int s0, int s1, int t) {
+  constexpr int kPer = DC >= 128 ? DC / 128 : 1;  // float4 groups per lane
   const int rows = p.s_q * p.heads;
   const float neg_inf = -__int_as_float(0x7f800000);
   const float lse = merge_row_lse(lse_acc, rows, r, s0, s1);
-  bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * p.d_c;
-#pragma unroll 4
-  for (int c = t * 4; c < p.d_c; c += threads * 4) {
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (lse != neg_inf)
-      for (int s = s0; s < s1; ++s)
-        merge_add(o, __ldcg(lse_acc + static_cast<size_t>(s) * rows + r), lse,
-                  __ldcg(reinterpret_cast<const float4*>(o_acc + (static_cast<size_t>(s) * rows + r) * p.d_c + c)));
-    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o.x, o.y);
-    *reinterpret_cast<__nv_bfloat162*>(dst + c + 2) = __floats2bfloat162_rn(o.z, o.w);
-  }
   if (t == 0) p.lse[static_cast<size_t>(b) * rows + r] = lse;
+  if (t * 4 >= DC) return;
+  float4 o[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) o[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (lse != neg_inf) {
+#pragma unroll 2
+    for (int s = s0; s < s1; ++s) {
+      const size_t at = static_cast<size_t>(s) * rows + r;
+      const float lse_s = __ldcg(lse_acc + at);
+      float4 v[kPer];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[k] = __ldcg(reinterpret_cast<const float4*>(o_acc + at * DC + 4 * t + 128 * k));
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) merge_add(o[k], lse_s, lse, v[k]);
+    }
+  }
+  bf16* dst = reinterpret_cast<bf16*>(p.out) + (static_cast<size_t>(b) * rows + r) * DC + 4 * t;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    *reinterpret_cast<__nv_bfloat162*>(dst + 128 * k) = __floats2bfloat162_rn(o[k].x, o[k].y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + 128 * k + 2) = __floats2bfloat162_rn(o[k].z, o[k].w);
+  }
 }
 
 // The combine fused into the split kernel (the combine kernel's arithmetic: the two pieces of
