@@ -39,6 +39,17 @@ class _Library:
                 self._cdll = cdll
             return self._cdll
 
+    def entry(self, name):
+        """The library's function `name`, for an entry point newer than the library's first ones: a
+        library built before it was added fails here, with what to do, rather than when loaded (so
+        the calls that do not need it still run)."""
+        cdll = self.get()
+        if not hasattr(cdll, name):
+            raise RuntimeError(f"mla_toolchain: {library_dir() / self.file_name} has no {name} (it was built before "
+                               f"that entry point was added): rebuild it (CMake target mla_toolchain_python, or "
+                               f"{pathlib.Path(self.file_name).stem[3:]})")
+        return getattr(cdll, name)
+
 
 def _bind_decode(lib):
     # int mla_decode_capi_parts(batch, s_q, heads, d_c, d_r, variant, size_t* workspace_bytes)
@@ -52,6 +63,13 @@ def _bind_decode(lib):
     # int mla_decode_capi_twin(same as run without workspace and stream): the CPU twin on host buffers
     lib.mla_decode_capi_twin.restype = _I
     lib.mla_decode_capi_twin.argtypes = ([_P] * 6 + [_I] * 8 + [_F, _I, _I, ctypes.c_char_p, _S])
+    # int mla_decode_capi_plan(run's arguments): the split schedule alone, into the workspace (one launch);
+    # int mla_decode_capi_run_planned(run's arguments): the decode reading that schedule (no scheduler).
+    # Bound where present: a library older than them still serves unplanned calls (entry() says why not).
+    for name in ("mla_decode_capi_plan", "mla_decode_capi_run_planned"):
+        if hasattr(lib, name):
+            getattr(lib, name).restype = _I
+            getattr(lib, name).argtypes = lib.mla_decode_capi_run.argtypes
 
 
 # The BF16 decode launcher (kernels/mla_decode.hpp) and its CPU twin.

@@ -12,6 +12,13 @@ How FlashMLA's cases map onto the kernel (which runs s_q 1 or 2 with the causal 
   * otherwise (s_q > 2, or not causal with s_q * heads > 128): each query token becomes its own
     request of one token over the same pages, with its causal length L - (s_q - 1 - t) (or L):
     one call, the cache read s_q times, so slower than a native kernel would be.
+The FlashMLASchedMeta of get_mla_metadata() holds the step's split schedule, as FlashMLA's holds its
+tile-scheduler metadata: the first call with a fresh one makes it (a DecodePlan of the shape the
+call launches: one scheduler launch), and every later call with that meta (the other layers of the
+decode step) reads it and launches no scheduler. So, as in FlashMLA, the calls sharing a meta must
+have the same cache_seqlens values (not checked: that needs a host sync) and run in order on one
+stream; take a fresh meta for each decode step (in a CUDA graph: inside the captured step, so the
+schedule is captured too and follows the lengths written before each replay).
 Unsupported arguments (FP8 cache, sparse indices, attention sink, extra cache, fp16, several KV
 heads) raise UnsupportedArgument naming the argument and its value.
 """
@@ -26,9 +33,11 @@ from .decode import UnsupportedArgument, _require
 
 @dataclasses.dataclass
 class FlashMLASchedMeta:
-    """What get_mla_metadata returns. Our split schedule is computed on the device in every call
-    from cache_seqlens, so this object only records the first call's configuration; later calls
-    must match it, as in FlashMLA."""
+    """What get_mla_metadata returns: one decode step's scheduling state. The first
+    flash_mla_with_kvcache call with it records its configuration and makes the step's split-KV
+    schedule on the device (a DecodePlan, kept in _plan); later calls must match the configuration,
+    as in FlashMLA, and their cache_seqlens values must be the first call's (not checked), since
+    they read that schedule instead of launching a scheduler."""
 
     @dataclasses.dataclass
     class Config:
@@ -47,6 +56,8 @@ class FlashMLASchedMeta:
     config: Optional[Config] = None
     tile_scheduler_metadata: Optional[torch.Tensor] = None  # unused here (kept for code that reads it)
     num_splits: Optional[torch.Tensor] = None
+    # Ours: the schedule the first call made (mla_decode_plan, for the shape it launched).
+    _plan: Optional[decode.DecodePlan] = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def get_mla_metadata(*args, **kwargs) -> Tuple[FlashMLASchedMeta, None]:
@@ -96,6 +107,9 @@ def flash_mla_with_kvcache(
     bf16; block_table [batch, max_num_blocks_per_seq] int32; cache_seqlens [batch] int32;
     head_dim_v = d_c. Returns out [batch, s_q, num_heads_q, head_dim_v] bf16 and softmax_lse
     [batch, num_heads_q, s_q] fp32 (natural log; +inf where a row sees no key).
+    The first call with a fresh tile_scheduler_metadata also computes the split schedule into it;
+    later calls with it reuse that schedule, so they must see the same cache_seqlens values
+    (FlashMLA's rule: one meta per decode step, shared by its layers).
     """
     _require(isinstance(tile_scheduler_metadata, FlashMLASchedMeta),
              f"tile_scheduler_metadata = {type(tile_scheduler_metadata).__name__}: must be the FlashMLASchedMeta "
@@ -115,11 +129,13 @@ def flash_mla_with_kvcache(
     _record_or_check(tile_scheduler_metadata, FlashMLASchedMeta.Config(
         b, s_q, h, k_cache.shape[1], k_cache.shape[2] if k_cache.dim() == 4 else 1, causal, False, None, None, None))
 
+    # Each case is one kernel call of a derived shape: q_run [b', s_q' <= 2, h', d] over the pages
+    # `table` with the lengths `lens`.
     if s_q == 1 or (s_q == 2 and causal):
-        out, lse = decode.launch(q, cache, block_table, cache_seqlens, head_dim_v, scale)
+        q_run, table, lens = q, block_table, cache_seqlens
     elif not causal and s_q * h <= decode.MAX_HEADS:
         # Every query token sees all L keys: the tokens are heads of one query token.
-        out, lse = decode.launch(q.reshape(b, 1, s_q * h, d), cache, block_table, cache_seqlens, head_dim_v, scale)
+        q_run, table, lens = q.reshape(b, 1, s_q * h, d), block_table, cache_seqlens
     else:
         # One request per query token, over the same pages; token t of s_q sees L - (s_q - 1 - t)
         # keys when causal (at least 0), all L otherwise.
@@ -127,8 +143,15 @@ def flash_mla_with_kvcache(
         if causal:
             back = torch.arange(s_q - 1, -1, -1, dtype=torch.int32, device=q.device)
             lens = (lens - back).clamp_(min=0)
-        pages = block_table.unsqueeze(1).expand(b, s_q, block_table.shape[1]).reshape(b * s_q, -1)
-        out, lse = decode.launch(q.reshape(b * s_q, 1, h, d), cache, pages, lens.reshape(b * s_q), head_dim_v, scale)
+        table = block_table.unsqueeze(1).expand(b, s_q, block_table.shape[1]).reshape(b * s_q, -1)
+        q_run, lens = q.reshape(b * s_q, 1, h, d), lens.reshape(b * s_q)
+    meta = tile_scheduler_metadata
+    if meta._plan is None:
+        # The step's first call: the schedule of the launched shape and lengths (the derived ones),
+        # which the later calls of the step derive alike from the same configuration and lengths.
+        meta._plan = decode.mla_decode_plan(q_run, lens, head_dim_v)
+    out, lse = decode.launch(q_run, cache, table, lens, head_dim_v, scale, meta._plan,
+                             "flash_mla_with_kvcache call (tile_scheduler_metadata's plan; shapes as launched)")
     out = out.view(b, s_q, h, head_dim_v)
     lse = lse.view(b, s_q, h).transpose(1, 2).contiguous()
     lse.masked_fill_(lse == float("-inf"), float("inf"))

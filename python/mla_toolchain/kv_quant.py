@@ -35,7 +35,8 @@ import struct
 import torch
 
 from . import _lib
-from .decode import MAX_HEADS, UnsupportedArgument, _check_tensor, _require
+from .decode import (DecodePlan, UnsupportedArgument, _check_tensor, _require, check_plan, check_query_shape,
+                     stream_and_err)
 
 KV_FORMATS = ("fp8", "fp4", "codebook")
 ROUTES = ("bf16", "fp8")
@@ -143,10 +144,6 @@ def _check_levels(levels):
     return (ctypes.c_float * CODEBOOK_LEVELS)(*values)
 
 
-def _stream_and_err(device):
-    return torch.cuda.current_stream(device).cuda_stream, ctypes.create_string_buffer(_lib.ERR_LEN)
-
-
 # ---- append ----
 
 def _check_append(kv_format, kv, k_cache, block_table, positions, head_dim_v):
@@ -182,7 +179,7 @@ def fp8_append_kvcache(kv, k_cache, block_table, positions, head_dim_v):
     NaN or Inf is stored poisoned (rows that attend to it get NaN, as float64 would).
     """
     kv, cache, table, pos, d_r = _check_append("fp8", kv, k_cache, block_table, positions, head_dim_v)
-    stream, err = _stream_and_err(kv.device)
+    stream, err = stream_and_err(kv.device)
     with torch.cuda.device(kv.device):
         rc = _lib.fp8.get().mla_fp8_capi_append(
             kv.data_ptr(), pos.data_ptr(), table.data_ptr(), cache.data_ptr(), kv.shape[0], kv.shape[1], head_dim_v,
@@ -193,7 +190,7 @@ def fp8_append_kvcache(kv, k_cache, block_table, positions, head_dim_v):
 
 def _kv4_append(kv_format, what, kv, k_cache, block_table, positions, head_dim_v, c, levels):
     kv, cache, table, pos, d_r = _check_append(kv_format, kv, k_cache, block_table, positions, head_dim_v)
-    stream, err = _stream_and_err(kv.device)
+    stream, err = stream_and_err(kv.device)
     with torch.cuda.device(kv.device):
         rc = _lib.kv4.get().mla_kv4_capi_append(
             _FORMAT_ID[kv_format], c, levels, kv.data_ptr(), pos.data_ptr(), table.data_ptr(), cache.data_ptr(),
@@ -257,45 +254,6 @@ def _check_route(route):
                               f"(FP8 tensor cores)")
 
 
-def _check_query_shape(q, cache_seqlens, head_dim_v, dcs, drs, kernel):
-    """The query's shape and the lengths' count against what `kernel` takes (head_dim_v in dcs, the
-    RoPE width in drs); returns (batch, s_q, heads, d_r). A decode and a plan check the same."""
-    b, s_q, h, d = q.shape
-    _require(b >= 1, f"q.shape[0] (batch) = {b}: must be >= 1")
-    _require(s_q in (1, 2), f"q.shape[1] (s_q) = {s_q}: supported 1, 2 (2: the causal MTP rule)")
-    _require(1 <= h <= MAX_HEADS, f"q.shape[2] (num_heads_q) = {h}: supported 1..{MAX_HEADS}")
-    _require(isinstance(head_dim_v, numbers.Integral) and head_dim_v in dcs,
-             f"head_dim_v = {head_dim_v!r}: {kernel} takes {dcs}")
-    d_r = d - head_dim_v
-    _require(d_r in drs, f"q.shape[-1] - head_dim_v = {d} - {head_dim_v} = {d_r} (RoPE width): {kernel} takes {drs}")
-    _require(cache_seqlens.shape[0] == b, f"cache_seqlens.shape = {tuple(cache_seqlens.shape)}: must be ({b},)")
-    return b, s_q, h, d_r
-
-
-class DecodePlan:
-    """The split-KV schedule of one decode step for the FP8 kernels (FlashMLA's get_mla_metadata):
-    written once per step by fp8_decode_plan, read by every layer's fp8_decode_with_kvcache or
-    fp4_decode_with_kvcache(route="fp8") of that step (plan=...), which then launch no scheduler.
-
-    It holds its own workspace (the schedule, the split partials and merge counters), so the calls
-    that share it must run one after another on one stream (torch's current stream, as each call
-    uses) and must see the same cache_seqlens values, q shape and head_dim_v as the plan: the shape
-    is checked, the values cannot be without a host sync (a plan of other lengths decodes wrongly).
-    Write a new plan when the lengths change; a CUDA graph may capture the plan with the decodes.
-    """
-
-    def __init__(self, device, shape, parts, workspace_bytes):
-        self.device, self.shape, self.parts, self.workspace_bytes = device, shape, parts, workspace_bytes
-        self.workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device=device)
-
-    def _check_call(self, kv_format, q, head_dim_v, d_r):
-        b, s_q, h, _ = q.shape
-        shape = (b, s_q, h, head_dim_v, d_r)
-        _require(q.device == self.device, f"plan: made for {self.device}, q is on {q.device}")
-        _require(shape == self.shape, f"plan: made for (batch, s_q, heads, head_dim_v, d_r) = {self.shape}, this "
-                                      f"{kv_format} decode is {shape}")
-
-
 def fp8_decode_plan(q, cache_seqlens, head_dim_v):
     """The DecodePlan of one decode step whose queries have q's shape [batch, s_q, heads, d_c + d_r]
     (bf16; only the shape is read) over cache_seqlens (int32 [batch], read on the device): one kernel
@@ -303,18 +261,17 @@ def fp8_decode_plan(q, cache_seqlens, head_dim_v):
     fp4_decode_with_kvcache(route="fp8"): the same kernels' schedule (same shapes as those take)."""
     _check_tensor("q", q, torch.bfloat16, (4,))
     _check_tensor("cache_seqlens", cache_seqlens, torch.int32, (1,), q.device)
-    b, s_q, h, d_r = _check_query_shape(q, cache_seqlens, head_dim_v, FP8_KERNEL_D_C, FP8_KERNEL_D_R, "the FP8 kernels")
+    b, s_q, h, d_r = check_query_shape(q, cache_seqlens, head_dim_v, FP8_KERNEL_D_C, FP8_KERNEL_D_R, "the FP8 kernels")
     parts, ws_bytes = _Plan.get("fp8", q.device.index, b, s_q, h, head_dim_v, d_r)
-    plan = DecodePlan(q.device, (b, s_q, h, head_dim_v, d_r), parts, ws_bytes)
     cache_seqlens = cache_seqlens.contiguous()
-    stream, err = _stream_and_err(q.device)
+    plan = DecodePlan("fp8", q.device, (b, s_q, h, head_dim_v, d_r), parts, ws_bytes, cache_seqlens)
+    stream, err = stream_and_err(q.device)
     # mode 1: fp8_decode_plan only (the query, cache and output pointers are not read).
     with torch.cuda.device(q.device):
         rc = _lib.fp8.get().mla_fp8_capi_run(q.data_ptr(), 0, 0, cache_seqlens.data_ptr(), 0, None, b, s_q, h,
                                              head_dim_v, d_r, 1, 64, 1, 1.0, parts, plan.workspace.data_ptr(),
                                              ws_bytes, 1, stream, err, _lib.ERR_LEN)
     _lib.check(rc, err, "fp8_decode_plan")
-    plan.seqlens = cache_seqlens  # kept alive with the plan (the schedule was computed from it)
     return plan
 
 
@@ -328,7 +285,7 @@ def _check_decode(kv_format, route, q, k_cache, block_table, cache_seqlens, head
     fp8_kernel = kv_format == "fp8" or route == "fp8"
     dcs, drs = (FP8_KERNEL_D_C, FP8_KERNEL_D_R) if fp8_kernel else (BF16_ROUTE_D_C, BF16_ROUTE_D_R)
     kernel = "the fp8 decode" if kv_format == "fp8" else f"the {kv_format} cache's route={route!r}"
-    b, s_q, h, d_r = _check_query_shape(q, cache_seqlens, head_dim_v, dcs, drs, kernel)
+    b, s_q, h, d_r = check_query_shape(q, cache_seqlens, head_dim_v, dcs, drs, kernel)
     if kv_format == "fp4" and route == "fp8" and head_dim_v <= 256:
         _require(s_q * h <= FP4_FP8_ROUTE_MAX_ROWS_SLICE,
                  f"q.shape[1] * q.shape[2] (query rows) = {s_q} * {h} = {s_q * h}: route='fp8' takes at most "
@@ -352,11 +309,11 @@ def _launch(kernel, kv_format, levels, q, cache, block_table, cache_seqlens, hea
         parts, ws_bytes = _Plan.get(kernel, q.device.index, b, s_q, h, head_dim_v, d_r)
         ws, mode = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=q.device), 0  # 0: schedules itself
     else:
-        plan._check_call(kv_format, q, head_dim_v, d_r)
+        check_plan(plan, "fp8", f"{kv_format} decode", q, head_dim_v, d_r)  # only the FP8 kernels take one
         parts, ws_bytes, ws, mode = plan.parts, plan.workspace_bytes, plan.workspace, 2  # 2: reads the plan
     out = torch.empty(b, s_q, h, head_dim_v, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(b, s_q, h, dtype=torch.float32, device=q.device)
-    stream, err = _stream_and_err(q.device)
+    stream, err = stream_and_err(q.device)
     args = (q.data_ptr(), cache.data_ptr(), block_table.data_ptr(), cache_seqlens.data_ptr(), out.data_ptr(),
             lse.data_ptr(), b, s_q, h, head_dim_v, d_r, cache.shape[0], cache.shape[1], block_table.shape[1], scale,
             parts, ws.data_ptr(), ws_bytes, mode, stream, err, _lib.ERR_LEN)

@@ -4,7 +4,9 @@
 Per shape: the GPU time of one call (a CUDA graph of the call replayed, CUDA events, the median
 of --runs replays, each after an L2 flush), the host time of one eager call (the Python checks
 and the ctypes launch, the median over --runs calls, synchronised), and the same GPU time for
-the call's own entry point where the shape has one kernel call. Shapes: B = 128, H = 128,
+the call's own entry point where the shape has one kernel call. The call's FlashMLASchedMeta is
+made once per shape and reused, as FlashMLA's own timing does, so the timed flash_mla_with_kvcache
+calls are planned (no scheduler launch); the own entry's calls schedule themselves. Shapes: B = 128, H = 128,
 d_c = 512, d_r = 64, page 64, all requests of length L; s_q 1, s_q 2 causal (the kernel's MTP rule,
 one call) and s_q 2 not causal (each query token its own request: the cache read twice).
 

@@ -9,9 +9,17 @@ NaN-poisoned page tails and unused pages, int32-max page ids past each request):
   2. flash_mla_with_kvcache on each of its paths (direct, tokens folded into heads, tokens folded
      into requests; causal or not; s_q up to 4) vs the float64 reference, and on the direct path
      bit-equal to mla_decode_with_kvcache.
-  3. CUDA graphs: flash_mla_with_kvcache captured, inputs and lengths changed in place, replayed:
-     bit-equal to an eager call on the new inputs.
+  3. CUDA graphs: a decode step captured (a FlashMLASchedMeta made inside it, two
+     flash_mla_with_kvcache calls sharing it), inputs and lengths changed in place, replayed:
+     bit-equal to an eager step on the new inputs.
   4. Unsupported arguments raise UnsupportedArgument naming the argument.
+  5. Planned calls: one mla_decode_plan, then mla_decode_with_kvcache(plan=) on two caches (two
+     layers of a step) and the first again: bit-equal to the same calls scheduling themselves
+     (s_q 1 / 2, 16..128 heads, d_c 512 / 256, a request split many ways); a plan of another shape,
+     of the FP8 kernels' kind or not a plan at all is refused (UnsupportedArgument naming the field).
+  6. flash_mla_with_kvcache with one FlashMLASchedMeta for two calls (two layers: the first makes
+     the plan, the second reads it) on each of its three paths: bit-equal to the same calls each
+     with a fresh meta.
 Exit 0 when every check passes, 1 otherwise, 77 (skip) without torch or a CUDA device.
 
     MLA_TOOLCHAIN_LIB_DIR=build/tools/mla-bench PYTHONPATH=python python3 python/tests/check_package_gpu.py
@@ -42,6 +50,7 @@ class Problem:
 
     def __init__(self, seed, lens, s_q, heads, d_c, d_r=64, page=64):
         g = torch.Generator().manual_seed(seed)
+        self.seed = seed
         self.lens, self.s_q, self.heads, self.d_c, self.d_r, self.page = lens, s_q, heads, d_c, d_r, page
         self.dim = d_c + d_r
         b = len(lens)
@@ -64,6 +73,10 @@ class Problem:
         self.table, self.seqlens = self.table_h.cuda(), self.lens_h.cuda()
         self.scale = self.dim ** -0.5
         self.name = f"B={b} s_q={s_q} H={heads} d_c={d_c} page={page} L={lens}"
+
+    def sibling(self):
+        """Another problem of this shape and these lengths: another layer's query, cache and pages."""
+        return Problem(self.seed + 1000, self.lens, self.s_q, self.heads, self.d_c, self.d_r, self.page)
 
     def twin(self, parts):
         """quant::decode_twin_bf16 on host copies of the inputs (out [b, s_q, h, d_c], lse [b, s_q, h])."""
@@ -138,27 +151,104 @@ def check_flashmla_path(rep, p, causal, path):
 
 
 def check_graph(rep, p, causal):
-    """Capture, change q and the lengths in place, replay: equal to an eager call on the new inputs."""
-    meta, _ = mt.get_mla_metadata()
-    call = lambda: mt.flash_mla_with_kvcache(p.q, p.cache, p.table, p.seqlens, p.d_c, meta, None,  # noqa: E731
-                                             softmax_scale=p.scale, causal=causal)
+    """Capture a decode step (its FlashMLASchedMeta made inside the capture, so the schedule is
+    captured too; two calls share it, as two layers of the step), change the queries and the lengths
+    in place, replay: equal to an eager step on the new inputs."""
+    q2 = p.q.flip(2).contiguous()  # the second layer's query
+
+    def step():
+        meta, _ = mt.get_mla_metadata()
+        return [t for q in (p.q, q2) for t in mt.flash_mla_with_kvcache(q, p.cache, p.table, p.seqlens, p.d_c, meta,
+                                                                          None, softmax_scale=p.scale, causal=causal)]
+
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        call()  # warm-up outside the capture (the library is loaded, the plan cached)
+        step()  # warm-up outside the capture (the library is loaded, the parts cached)
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        g_out, g_lse = call()
+        captured = step()
     g = torch.Generator(device="cuda").manual_seed(7)
     p.q.copy_((torch.randn(p.q.shape, device="cuda", generator=g) / 10).clamp_(-1, 1).to(torch.bfloat16))
+    q2.copy_(p.q.flip(2))
     p.seqlens.copy_((p.seqlens - torch.arange(len(p.lens), device="cuda", dtype=torch.int32) * 37).clamp_(min=0))
     graph.replay()
-    e_out, e_lse = call()
+    eager = step()
     torch.cuda.synchronize()
-    same = torch.equal(g_out, e_out) and torch.equal(g_lse, e_lse)
-    rep.add("cuda_graph_replay", f"{p.name} causal={causal}", same, bit_equal_to_eager=same,
+    same = all(torch.equal(a, b) for a, b in zip(captured, eager))
+    rep.add("cuda_graph_replay", f"{p.name} causal={causal}, 2 calls on one meta", same, bit_equal_to_eager=same,
             new_lens=p.seqlens.tolist())
+
+
+def check_planned(rep, p):
+    """One mla_decode_plan, then planned calls on p's cache, on another cache (p.sibling(): another
+    layer of the step, its own query and pages, the same lengths) and on p's again: each bit-equal
+    to the same call scheduling itself."""
+    other = p.sibling()
+    plan = mt.mla_decode_plan(p.q, p.seqlens, p.d_c)
+    layers = (p, other, p)
+    planned = [mt.mla_decode_with_kvcache(x.q, x.cache, x.table, p.seqlens, p.d_c, p.scale, plan=plan) for x in layers]
+    alone = [mt.mla_decode_with_kvcache(x.q, x.cache, x.table, p.seqlens, p.d_c, p.scale) for x in layers]
+    torch.cuda.synchronize()
+    same = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(planned, alone))
+    layers_differ = not torch.equal(alone[0][0], alone[1][0])  # the second cache really is another one
+    rep.add("planned_decode", f"{p.name}, 3 calls on one plan (2 caches)", same and layers_differ,
+            bit_equal_to_unplanned=same, layers_differ=layers_differ, parts=plan.parts)
+
+
+def check_plan_refusals(rep):
+    """A plan refuses a call of another shape (the message names the field), another kernel's call
+    and a non-plan."""
+    p = Problem(41, [100, 3000], 1, 64, 512)
+    plan = mt.mla_decode_plan(p.q, p.seqlens, p.d_c)
+
+    def wide(d_c, d_r):  # a query and cache of other widths, p's lengths and pages
+        q = torch.zeros(2, 1, 64, d_c + d_r, dtype=torch.bfloat16, device="cuda")
+        return q, torch.zeros(p.cache.shape[0], p.page, 1, d_c + d_r, dtype=torch.bfloat16, device="cuda")
+
+    q_256, cache_256 = wide(256, 64)
+    q_128r, cache_128r = wide(512, 128)
+    fp8_cache = mt.alloc_kv_cache("fp8", p.cache.shape[0], p.page, 512, 64)
+    run = mt.mla_decode_with_kvcache
+    cases = [
+        ("plan: made for batch = ", lambda: run(p.q[:1], p.cache, p.table[:1], p.seqlens[:1], 512, plan=plan)),
+        ("plan: made for s_q = ", lambda: run(torch.cat([p.q, p.q], 1), p.cache, p.table, p.seqlens, 512, plan=plan)),
+        ("plan: made for heads = ", lambda: run(p.q[:, :, :32], p.cache, p.table, p.seqlens, 512, plan=plan)),
+        ("plan: made for head_dim_v = ", lambda: run(q_256, cache_256, p.table, p.seqlens, 256, plan=plan)),
+        ("plan: made for d_r = ", lambda: run(q_128r, cache_128r, p.table, p.seqlens, 512, plan=plan)),
+        ("plan = FlashMLASchedMeta", lambda: run(p.q, p.cache, p.table, p.seqlens, 512, plan=mt.get_mla_metadata()[0])),
+        ("plan: made by mla_decode_plan",
+         lambda: mt.fp8_decode_with_kvcache(p.q, fp8_cache, p.table, p.seqlens, 512, plan=plan)),
+    ]
+    for needle, f in cases:
+        try:
+            f()
+            rep.add("planned_decode_refusal", needle, False, message="no error raised")
+        except mt.UnsupportedArgument as e:
+            rep.add("planned_decode_refusal", needle, str(e).startswith(needle), message=str(e))
+
+
+def check_flashmla_shared_meta(rep, p, causal, path):
+    """Two flash_mla_with_kvcache calls on one FlashMLASchedMeta (two layers of a step: p's query
+    and cache, then another layer's, the same lengths): the first makes the plan, the second reads
+    it; bit-equal to the same two calls each on a fresh meta."""
+    other = p.sibling()
+
+    def call(x, meta):
+        return mt.flash_mla_with_kvcache(x.q, x.cache, x.table, p.seqlens, p.d_c, meta, None, softmax_scale=p.scale,
+                                         causal=causal)
+
+    meta, _ = mt.get_mla_metadata()
+    shared = [call(p, meta)]
+    plan = meta._plan
+    shared.append(call(other, meta))
+    plan_kept = plan is not None and meta._plan is plan  # the second call made no plan of its own
+    fresh = [call(x, mt.get_mla_metadata()[0]) for x in (p, other)]
+    torch.cuda.synchronize()
+    same = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(shared, fresh))
+    rep.add(f"flash_mla_shared_meta[{path}, causal={causal}]", p.name, same and plan_kept, bit_equal_to_fresh_meta=same,
+            plan_kept=plan_kept)
 
 
 def check_errors(rep):
@@ -221,6 +311,19 @@ def main():
     ]
     for p, causal, path in fm_cases:
         check_flashmla_path(rep, p, causal, path)
+        check_flashmla_shared_meta(rep, p, causal, path)
+    planned_cases = [
+        Problem(31, [1, 63, 65, 2000], 1, 16, 512),                # memory-bound path
+        Problem(32, [0, 1, 700, 4500], 2, 64, 512),                # s_q 2 (128 rows), an empty request
+        Problem(33, [3000, 65], 2, 128, 512),                      # 256 rows: four row blocks
+        Problem(34, [129, 1000, 1, 4096], 1, 128, 256, page=128),  # TPLA tp2 rank (v7 path)
+        Problem(35, [7000, 5], 2, 16, 256),                        # TPLA, s_q 2, 32 rows
+        Problem(36, [6000], 1, 64, 256),                           # one long request: many splits
+        Problem(37, [6000], 1, 16, 512),                           # the same on the memory-bound path
+    ]
+    for p in planned_cases:
+        check_planned(rep, p)
+    check_plan_refusals(rep)
     check_graph(rep, Problem(21, [100, 5000, 64, 3000], 2, 128, 512), causal=True)
     check_graph(rep, Problem(22, [100, 5000, 64, 3000], 4, 16, 256), causal=True)
     check_errors(rep)
