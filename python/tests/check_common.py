@@ -47,3 +47,12 @@ class Report:
         self.failed += 0 if ok else 1
         figs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
         print(f"[{'PASS' if ok else 'FAIL'}] {check}: {name} {figs}", flush=True)
+
+    def expect_refusals(self, check, cases, error):
+        """Each (needle, call) of cases must raise `error` whose message starts with needle."""
+        for needle, call in cases:
+            try:
+                call()
+                self.add(check, needle, False, message="no error raised")
+            except error as e:
+                self.add(check, needle, str(e).startswith(needle), message=str(e))
