@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "quant/decode_split_walk.hpp"
 
 namespace mla::quant {
 namespace {
@@ -23,17 +24,12 @@ std::string field(const char* name, long long v) {
 }
 
 // One split of one request: rows' normalised partial outputs and natural-log LSEs.
-struct SplitResult {
-  std::vector<float> o;    // [rows, d_c]
-  std::vector<float> lse;  // [rows]
-};
-
-SplitResult run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile_end, int tile, float max_slack) {
+TwinSplit run_split(const Bf16DecodeParams& p, int b, int tile_begin, int tile_end, int tile, float max_slack) {
   const int rows = p.s_q * p.heads;
   const int dim = p.d_c + p.d_r;
   const int L = p.seqlens[b];
   const float scale_log2 = p.scale * kLog2e;
-  SplitResult r{std::vector<float>(static_cast<size_t>(rows) * p.d_c, 0.f),
+  TwinSplit r{std::vector<float>(static_cast<size_t>(rows) * p.d_c, 0.f),
                 std::vector<float>(rows, kNegInf)};
   std::vector<float> q(dim), x2(tile), pb(tile);
   std::vector<const uint16_t*> krow(tile);
@@ -141,65 +137,10 @@ void validate_decode_params(const Bf16DecodeParams& p) {
 void decode_twin_bf16(const Bf16DecodeParams& p) {
   validate_decode_params(p);
   const DecodeTileConfig cfg = decode_tile_config_for(p);
-  const int parts = p.num_parts > 0 ? p.num_parts : decode_default_parts(132, p);
-  const int rows = p.s_q * p.heads;
-  for (int b = 0; b < p.batch; ++b)
-    if (p.seqlens[b] < 0 || static_cast<long long>(p.seqlens[b]) > static_cast<long long>(p.max_pages) * p.page_size)
-      throw InputError("decode twin: seqlens[" + std::to_string(b) + "] = " + std::to_string(p.seqlens[b]) +
-                       " is outside [0, max_pages * page_size = " +
-                       std::to_string(static_cast<long long>(p.max_pages) * p.page_size) + "]");
-  std::vector<int32_t> info(static_cast<size_t>(parts) * kPartInfoInts), offsets(p.batch + 1);
-  compute_decode_schedule(p.seqlens, p.batch, cfg.tile_tokens, parts, info.data(), offsets.data());
-
-  // Partials of requests with several splits, in split order (what the GPU workspace holds).
-  std::vector<SplitResult> partials(offsets[p.batch]);
-  auto write_final = [&](int b, int row, const float* o, float lse) {
-    uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + row) * p.d_c;
-    for (int c = 0; c < p.d_c; ++c) dst[c] = float_to_bf16(o[c]);
-    p.lse[static_cast<size_t>(b) * rows + row] = lse;
-  };
-  for (int part = 0; part < parts; ++part) {
-    const int32_t* in = info.data() + part * kPartInfoInts;
-    int b = in[0], t = in[1], split = in[4];
-    while (b < in[2] || (b == in[2] && t < in[3])) {
-      const int stop = (b == in[2]) ? in[3] : decode_tiles(p.seqlens[b], cfg.tile_tokens);
-      SplitResult r = run_split(p, b, t, stop, cfg.tile_tokens, cfg.max_slack);
-      if (offsets[b + 1] - offsets[b] == 1) {
-        for (int row = 0; row < rows; ++row)
-          write_final(b, row, r.o.data() + static_cast<size_t>(row) * p.d_c, r.lse[row]);
-      } else {
-        partials[split] = std::move(r);
-      }
-      ++split;
-      ++b;
-      t = 0;
-    }
-  }
-  // Combine: merge the splits of each request by their natural-log LSE, in fp32.
-  std::vector<float> o(p.d_c);
-  for (int b = 0; b < p.batch; ++b) {
-    const int s0 = offsets[b], s1 = offsets[b + 1];
-    if (s1 - s0 <= 1) continue;
-    for (int row = 0; row < rows; ++row) {
-      float m = kNegInf;
-      for (int s = s0; s < s1; ++s) m = std::max(m, partials[s].lse[row]);
-      if (m == kNegInf) {
-        std::fill(o.begin(), o.end(), 0.f);
-        write_final(b, row, o.data(), kNegInf);
-        continue;
-      }
-      float sum = 0.f;
-      for (int s = s0; s < s1; ++s) sum += expf(partials[s].lse[row] - m);
-      const float lse = m + logf(sum);
-      std::fill(o.begin(), o.end(), 0.f);
-      for (int s = s0; s < s1; ++s) {
-        const float w = expf(partials[s].lse[row] - lse);
-        const float* src = partials[s].o.data() + static_cast<size_t>(row) * p.d_c;
-        for (int c = 0; c < p.d_c; ++c) o[c] += w * src[c];
-      }
-      write_final(b, row, o.data(), lse);
-    }
-  }
+  const TwinWalk w{p.seqlens, p.batch, p.max_pages, p.page_size, cfg.tile_tokens,
+                   p.num_parts > 0 ? p.num_parts : decode_default_parts(132, p), p.s_q * p.heads, p.d_c, p.out, p.lse,
+                   "decode twin"};
+  run_decode_twin_walk(w, [&](int b, int t0, int t1) { return run_split(p, b, t0, t1, cfg.tile_tokens, cfg.max_slack); });
 }
 
 void cache_append_twin_bf16(const uint16_t* kv_new, int batch, int n_new, int dim, const int32_t* positions,

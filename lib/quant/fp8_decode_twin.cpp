@@ -13,6 +13,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "quant/decode_split_walk.hpp"
 #include "quant/decode_twin_bf16.hpp"
 
 namespace mla::quant {
@@ -30,11 +31,6 @@ const std::array<float, 256>& e4m3_table() {
   }();
   return t;
 }
-
-struct SplitResult {
-  std::vector<float> o;    // [rows, d_c], normalised
-  std::vector<float> lse;  // [rows]
-};
 
 // One tile's tokens dequantisation inputs, read once per tile and shared by every row.
 struct TileData {
@@ -71,13 +67,13 @@ void load_tile(const Fp8DecodeParams& p, int b, int ti, TileData& t) {
   }
 }
 
-SplitResult run_split(const Fp8DecodeParams& p, int b, int tile_begin, int tile_end) {
+TwinSplit run_split(const Fp8DecodeParams& p, int b, int tile_begin, int tile_end) {
   constexpr int T = kFp8DecodeTile;
   const int rows = p.s_q * p.heads;
   const int L = p.seqlens[b];
   const float scale_log2 = p.scale * kLog2e;
   const auto& lut = e4m3_table();
-  SplitResult r{std::vector<float>(static_cast<size_t>(rows) * p.d_c, 0.f), std::vector<float>(rows, kNegInf)};
+  TwinSplit r{std::vector<float>(static_cast<size_t>(rows) * p.d_c, 0.f), std::vector<float>(rows, kNegInf)};
   std::vector<float> m(rows, kNegInf), lsum(rows, 0.f), sigma(rows, 1.f);
   std::vector<float> q8(p.d_c), qr(p.d_r), x2(T), pp(T), p8(T);
   TileData tile{0, std::vector<float>(static_cast<size_t>(T) * p.d_c), std::vector<float>(static_cast<size_t>(T) * p.d_r),
@@ -176,62 +172,10 @@ void validate_fp8_decode_params(const Fp8DecodeParams& p) {
 
 void fp8_decode_twin(const Fp8DecodeParams& p) {
   validate_fp8_decode_params(p);
-  const int parts = p.num_parts > 0 ? p.num_parts : fp8_decode_default_parts(132, p);
-  const int rows = p.s_q * p.heads;
-  for (int b = 0; b < p.batch; ++b)
-    if (p.seqlens[b] < 0 || static_cast<long long>(p.seqlens[b]) > static_cast<long long>(p.max_pages) * p.page_size)
-      throw InputError("fp8 decode twin: seqlens[" + std::to_string(b) + "] = " + std::to_string(p.seqlens[b]) +
-                       " is outside [0, max_pages * page_size = " +
-                       std::to_string(static_cast<long long>(p.max_pages) * p.page_size) + "]");
-  std::vector<int32_t> info(static_cast<size_t>(parts) * kPartInfoInts), offsets(p.batch + 1);
-  compute_decode_schedule(p.seqlens, p.batch, kFp8DecodeTile, parts, info.data(), offsets.data());
-
-  std::vector<SplitResult> partials(offsets[p.batch]);
-  auto write_final = [&](int b, int row, const float* o, float lse) {
-    uint16_t* dst = p.out + (static_cast<size_t>(b) * rows + row) * p.d_c;
-    for (int c = 0; c < p.d_c; ++c) dst[c] = float_to_bf16(o[c]);
-    p.lse[static_cast<size_t>(b) * rows + row] = lse;
-  };
-  for (int part = 0; part < parts; ++part) {
-    const int32_t* in = info.data() + part * kPartInfoInts;
-    int b = in[0], t = in[1], split = in[4];
-    while (b < in[2] || (b == in[2] && t < in[3])) {
-      const int stop = (b == in[2]) ? in[3] : decode_tiles(p.seqlens[b], kFp8DecodeTile);
-      SplitResult r = run_split(p, b, t, stop);
-      if (offsets[b + 1] - offsets[b] == 1) {
-        for (int row = 0; row < rows; ++row) write_final(b, row, r.o.data() + static_cast<size_t>(row) * p.d_c, r.lse[row]);
-      } else {
-        partials[split] = std::move(r);
-      }
-      ++split;
-      ++b;
-      t = 0;
-    }
-  }
-  // Combine: the BF16 decode's merge (fp32, natural-log LSE).
-  std::vector<float> o(p.d_c);
-  for (int b = 0; b < p.batch; ++b) {
-    const int s0 = offsets[b], s1 = offsets[b + 1];
-    if (s1 - s0 <= 1) continue;
-    for (int row = 0; row < rows; ++row) {
-      float m = kNegInf;
-      for (int s = s0; s < s1; ++s) m = std::max(m, partials[s].lse[row]);
-      std::fill(o.begin(), o.end(), 0.f);
-      if (m == kNegInf) {
-        write_final(b, row, o.data(), kNegInf);
-        continue;
-      }
-      float sum = 0.f;
-      for (int s = s0; s < s1; ++s) sum += expf(partials[s].lse[row] - m);
-      const float lse = m + logf(sum);
-      for (int s = s0; s < s1; ++s) {
-        const float w = expf(partials[s].lse[row] - lse);
-        const float* src = partials[s].o.data() + static_cast<size_t>(row) * p.d_c;
-        for (int c = 0; c < p.d_c; ++c) o[c] += w * src[c];
-      }
-      write_final(b, row, o.data(), lse);
-    }
-  }
+  const TwinWalk w{p.seqlens, p.batch, p.max_pages, p.page_size, kFp8DecodeTile,
+                   p.num_parts > 0 ? p.num_parts : fp8_decode_default_parts(132, p), p.s_q * p.heads, p.d_c, p.out,
+                   p.lse, "fp8 decode twin"};
+  run_decode_twin_walk(w, [&](int b, int t0, int t1) { return run_split(p, b, t0, t1); });
 }
 
 }  // namespace mla::quant

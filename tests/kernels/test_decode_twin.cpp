@@ -107,7 +107,9 @@ TEST(DecodeSchedule, BalancedPartsFitTheBatch) {
     for (int batch = 1; batch <= 600; ++batch) {
       const int parts = decode_balanced_parts(slots, batch);
       ASSERT_GE(parts, 1);
-      if (parts < slots) ASSERT_TRUE(parts % batch == 0 || 2 * parts == batch) << "slots " << slots << " batch " << batch;
+      if (parts < slots) {
+        ASSERT_TRUE(parts % batch == 0 || 2 * parts == batch) << "slots " << slots << " batch " << batch;
+      }
       ASSERT_LE(parts, slots) << "slots " << slots << " batch " << batch;
       ASSERT_GE(10 * parts, 9 * slots) << "slots " << slots << " batch " << batch;
     }
