@@ -13,7 +13,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
 : "${PATCH:?PATCH=file (the change to reverse for the base)}"
-TESTS=${TESTS:-test_kernels_decode_gpu}
+TESTS=${TESTS-test_kernels_decode_gpu}  # TESTS="" runs none
 mkdir -p "$OUT"
 T0=$(date +%s)
 (bash tools/mla-bench/peer_unpack.sh > "$OUT/peer.log" 2>&1; echo "peer rc=$?" >> "$OUT/peer.log") &
