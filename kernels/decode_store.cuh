@@ -57,7 +57,7 @@ __device__ __forceinline__ void merge_add(float4& o, float lse_s, float lse, flo
 }
 
 // Merges splits [s0, s1) of request b, row r, with the 32 lanes t of a warp (DC / 128 float4
-// column groups each; at DC < 128 the lanes past DC / 4 columns only help with nothing) and writes
+// column groups each; at DC < 128 only the first DC / 4 lanes hold columns) and writes
 // the bf16 row and its LSE: the combine kernel's body. A split's groups are loaded together and
 // the split loop is unrolled by two, so a lane has up to 2 DC / 128 loads in flight: with one
 // group at a time (a runtime split loop inside the column loop) a row took ~10 dependent L2 / HBM
