@@ -35,9 +35,10 @@ __device__ __forceinline__ void store_row(const quant::Bf16DecodeParams& p, floa
 }
 
 // The LSE merge of a request's splits [s0, s1) (natural log, fp32), in two pieces so that the
-// combine kernel (merge_splits_row) and the FP8 narrow kernel's fused merge
-// (kernels/fp8_decode_device.cuh) evaluate the same expressions in the same order. Partials are read through L2 (__ldcg): other
-// CTAs wrote them. merge_row_lse: row r's merged LSE (-inf when every split's is -inf).
+// combine kernel (merge_splits_row) and the fused merges of v6 and the FP8 narrow kernel
+// (merge_request, below) evaluate the same expressions in the same order. Partials are read
+// through L2 (__ldcg): other CTAs wrote them. merge_row_lse: row r's merged LSE (-inf when every
+// split's is -inf).
 __device__ __forceinline__ float merge_row_lse(const float* lse_acc, int rows, int r, int s0, int s1) {
   const float neg_inf = -__int_as_float(0x7f800000);
   float m = neg_inf;
@@ -63,10 +64,10 @@ __device__ __forceinline__ void merge_add(float4& o, float lse_s, float lse, flo
 // group at a time (a runtime split loop inside the column loop) a row took ~10 dependent L2 / HBM
 // round trips, and the combine ran 16-18 us at 256 rows where the partials' bytes take ~10
 // (docs/gpu-notes.md, session 15). Per element the same expressions in the same order as before
-// (merge_add, split by split), so the outputs are unchanged.
-// P: Bf16DecodeParams, or the FP8 decode's parameter block (the same field names).
-template <int DC, class P>
-__device__ __forceinline__ void merge_splits_row(const P& p, const float* o_acc, const float* lse_acc, int b, int r,
+// (merge_add, split by split), so the outputs are unchanged. The FP8 and 4-bit decodes reach it
+// through the combine kernel with their BF16 parameter shim.
+template <int DC>
+__device__ __forceinline__ void merge_splits_row(const quant::Bf16DecodeParams& p, const float* o_acc, const float* lse_acc, int b, int r,
                                                  int s0, int s1, int t) {
   constexpr int kPer = DC >= 128 ? DC / 128 : 1;  // float4 groups per lane
   const int rows = p.s_q * p.heads;
