@@ -7,7 +7,8 @@ work runs at a lower clock, whatever its schedule. This script runs each kernel 
 L2 flush: every shape here reads far more than L2) for --seconds, timing groups of calls with CUDA
 events, while nvidia-smi samples power and SM clock every 100 ms; it prints per kernel and shape
 the median time per call, the mean power and clock over the phase's second half (after the clock
-has settled), the energy per call, and the throttle reasons seen. Kernels alternate A B A B so a
+has settled), the energy per call, and the throttle reasons seen; first the device's copy bandwidth
+and GEMM rate (peer_flashmla.ceilings) in the same process. Kernels alternate A B A B so a
 drift over the run shows.
 
     PYTHONPATH=.peer/flashmla:.peer/flashmla/tests python3 tools/mla-bench/power_draw.py \\
@@ -24,7 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Ours, flashmla_runner  # noqa: E402
+from peer_flashmla import Case, Ours, Timer, ceilings, flashmla_runner  # noqa: E402
 
 
 class Sampler:
@@ -77,8 +78,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="A B phases per shape")
     args = ap.parse_args()
     ours = Ours(args.lib)
+    ceil = ceilings(Timer())  # the call's copy bandwidth and GEMM rate, as peer_flashmla.py prints them
     print(f"device: {torch.cuda.get_device_properties(0).name}; ours "
-          f"{'planned' if ours.planned else 'with its scheduler'}", flush=True)
+          f"{'planned' if ours.planned else 'with its scheduler'}; ceilings (same process, before the phases): "
+          f"copy {ceil['copy_gbs']:.0f} GB/s, bf16 GEMM 8192^3 {ceil['gemm_tflops']:.1f} TFLOP/s", flush=True)
     sampler = Sampler()
     time.sleep(0.5)
     try:
