@@ -138,37 +138,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
-// ---- 2-CTA clusters (sm_90): the row blocks of a part share each K tile (v6) ----
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Arrives on the mbarrier at the same shared-memory offset in cluster CTA `cta`. Default
-// semantics (release at CTA scope), as CUTLASS's cluster pipelines: what the arrival orders is
-// this CTA's reads of a stage (complete at wgmma.wait) before the peer's TMA overwrites it; a
-// release at cluster scope cost a memory barrier per arrival (1.55x slower, third session).
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// A TMA box written to the same offset `dst` of every CTA in cta_mask, completing as
-// transaction bytes on each one's mbarrier at offset `bar`.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
-                                                      uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
-      : "memory");
-}
-// All threads of all CTAs of the cluster (release / acquire).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
 // 2^x by the SFU, subnormal results flushed to 0: exp2f adds a range fix-up (~3 instructions)
 // per call; a softmax probability below 2^-126 of its row's running max adds nothing to O or l
 // in fp32 (the FP8 softmaxes and the BF16 wgmma softmax use it: 0.3-3% there, docs/gpu-notes.md).

@@ -21,36 +21,21 @@
 namespace mla::kernels::detail {
 
 // Launches kernel on `stream`; with pdl, as a programmatic dependent launch (it may start while
-// the previous kernel runs and calls griddep_wait() before reading that kernel's output); with
-// cluster_x > 1, in clusters of that many CTAs along the grid's x (the row blocks of a part).
+// the previous kernel runs and calls griddep_wait() before reading that kernel's output).
 template <class... Exp, class... Act>
-void launch_clustered(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                      int cluster_x, const char* what, Act&&... args) {
+void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, const char* what,
+            Act&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_x > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = static_cast<unsigned>(cluster_x);
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = 1;
-  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = n;
+  cfg.numAttrs = pdl ? 1 : 0;
   cuda::check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...), what, "mla decode");
-}
-template <class... Exp, class... Act>
-void launch(void (*kernel)(Exp...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl, const char* what,
-            Act&&... args) {
-  launch_clustered(kernel, grid, block, smem, stream, pdl, 1, what, std::forward<Act>(args)...);
 }
 
 // The split kernels' grid: x = the row blocks of a part, y = the parts, so the row blocks that

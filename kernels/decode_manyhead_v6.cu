@@ -14,8 +14,6 @@
 // (quant::decode_tile_config_for). Where the parts hold whole requests (v6_fuses_merge) no
 // combine launch follows: the CTA that stores the last split of a request's row block merges it
 // (decode_store.cuh: take_merge_ticket, merge_request).
-#include <atomic>
-
 #include "kernels/decode_device.cuh"
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
@@ -48,9 +46,7 @@ struct V6Cfg {
   }
 };
 
-// CL: CTAs per cluster along the row blocks (1, or 2: the two row blocks of a pair share each K
-// tile by TMA multicast, v6_pairs_fit; the arithmetic is the same).
-template <int DC, int CL>
+template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     decode_split_v6_kernel(const __grid_constant__ CUtensorMap kv_map, const quant::Bf16DecodeParams p,
                            const int32_t* __restrict__ info, const int32_t* __restrict__ offsets,
@@ -76,8 +72,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   volatile int* merge_flag = reinterpret_cast<int*>(sLse + 64 + 4 * S);  // after the mbarriers (in the 256 B)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  init_ring(bar0, S, CL);
-  const uint32_t rank = CL > 1 ? cluster_ctarank() : 0;
+  init_ring(bar0, S);
   const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid (row blocks, parts)
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -85,8 +80,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S, CL>(p, &kv_map, in, sK, stage_bytes, nblk, bar0, rank);
-    if constexpr (CL > 1) cluster_sync();  // the peer's last releases reach this CTA's barriers first
+    if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, &kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
@@ -142,10 +136,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     };
     auto release = [&](int it_) {
       __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(bar0 + 8 * (S + it_ % S));
-        if constexpr (CL > 1) mbar_arrive_cluster(bar0 + 8 * (S + it_ % S), rank ^ 1u);
-      }
+      if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
     for (int ti = t; ti < stop; ++ti, ++it) {
       const uint32_t tile_v = sK + (it % S) * stage_bytes + wg * (DC / 128) * 8192;  // this warpgroup's V columns
@@ -272,73 +263,31 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     }
   }
   named_bar_sync(5, 256);  // the last epilogue is done with sLse
-  if constexpr (CL > 1) cluster_sync();  // no CTA leaves while its peer may still arrive on its barriers
   if (merge_b0 >= 0)
     merge_request<DC, 64, 256, 16>(p, o_acc, lse_acc, offsets, merge_b0, rows, row0, threadIdx.x, sLse, 9);
   if (merge_b1 >= 0)
     merge_request<DC, 64, 256, 16>(p, o_acc, lse_acc, offsets, merge_b1, rows, row0, threadIdx.x, sLse, 9);
 }
 
-template <int DC, int CL>
+template <int DC>
 void launch_for_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   static cuda::SmemLimitSet attr_set;
-  auto kernel = decode_split_v6_kernel<DC, CL>;
+  auto kernel = decode_split_v6_kernel<DC>;
   cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set,
                             "mla decode split kernel (many-head path v6) smem limit");
-  launch_clustered(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r),
-         stream, false, CL, "split kernel (v6) launch", make_kv_map(p, kTileTokens), p,
+  launch(kernel, split_grid(p.num_parts, row_blocks), dim3(kWgmmaThreads), V6Cfg<DC>::smem_bytes(DC + p.d_r), stream,
+         false, "split kernel (v6) launch", make_kv_map(p, kTileTokens), p,
          static_cast<const int32_t*>(w.info), static_cast<const int32_t*>(w.offsets), w.o_acc, w.lse_acc, w.merge_cnt,
          v6_fuses_merge(p));
-}
-
-// Whether the grid's row-block pairs can all be resident at once as 2-CTA clusters (a cluster
-// needs two SMs of one GPC; 66 pairs on an H100); otherwise they would run in waves, and the
-// plain launch is used. Per device, like the shared-memory limit.
-template <int DC>
-bool v6_pairs_fit(const quant::Bf16DecodeParams& p, int row_blocks) {
-  if (row_blocks % 2 != 0) return false;
-  static std::atomic<int> max_pairs[64];  // per device; 0: not asked yet (threads may race: same value)
-  int dev = 0;
-  cuda::check(cudaGetDevice(&dev), "current device (v6 pairs)", "mla decode");
-  if (dev >= 64) return false;
-  if (max_pairs[dev].load(std::memory_order_relaxed) == 0) {
-    static cuda::SmemLimitSet attr_set;
-    auto kernel = decode_split_v6_kernel<DC, 2>;
-    cuda::set_smem_limit_once(kernel, kMaxSmemPerBlock, attr_set, "mla decode split kernel (v6 pairs) smem limit");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = split_grid(p.num_parts, row_blocks);
-    cfg.blockDim = dim3(kWgmmaThreads);
-    cfg.dynamicSmemBytes = V6Cfg<DC>::smem_bytes(DC + p.d_r);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    cuda::check(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg), "max active clusters (v6 pairs)", "mla decode");
-    max_pairs[dev].store(n > 0 ? n : -1, std::memory_order_relaxed);
-  }
-  const int n = max_pairs[dev].load(std::memory_order_relaxed);
-  return n > 0 && 2LL * n >= 1LL * p.num_parts * row_blocks;
-}
-
-template <int DC>
-void launch_dc(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
-  if (v6_pairs_fit<DC>(p, row_blocks))
-    launch_for_dc<DC, 2>(p, w, row_blocks, stream);
-  else
-    launch_for_dc<DC, 1>(p, w, row_blocks, stream);
 }
 
 }  // namespace
 
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream) {
   switch (p.d_c) {
-    case 128: launch_dc<128>(p, w, row_blocks, stream); break;
-    case 256: launch_dc<256>(p, w, row_blocks, stream); break;
-    case 512: launch_dc<512>(p, w, row_blocks, stream); break;
+    case 128: launch_for_dc<128>(p, w, row_blocks, stream); break;
+    case 256: launch_for_dc<256>(p, w, row_blocks, stream); break;
+    case 512: launch_for_dc<512>(p, w, row_blocks, stream); break;
     default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c) + " on the v6 path");
   }
 }

@@ -15,21 +15,17 @@ constexpr int kWgmmaThreads = 384;
 constexpr size_t kMaxSmemPerBlock = 232448;
 
 // The full/empty mbarrier ring of the wgmma paths (full[s] at bar0 + 8 s: the producer's arrive
-// + TMA bytes; empty[s] at bar0 + 8 (S + s): one arrive per consumer warp of each of the
-// `cluster` CTAs that share the ring's tiles), initialised by thread 0 before any thread of the
-// cluster uses it; then waits for the schedule (the previous kernel).
-__device__ __forceinline__ void init_ring(uint32_t bar0, int stages, int cluster = 1) {
+// + TMA bytes; empty[s] at bar0 + 8 (S + s): one arrive per consumer warp), initialised by
+// thread 0 before any thread uses it; then waits for the schedule (the previous kernel).
+__device__ __forceinline__ void init_ring(uint32_t bar0, int stages) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       mbar_init(bar0 + 8 * s, 1);
-      mbar_init(bar0 + 8 * (stages + s), 8 * cluster);
+      mbar_init(bar0 + 8 * (stages + s), 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (cluster > 1)
-    cluster_sync();  // a peer's multicast or release may reach this CTA's barriers right after
-  else
-    __syncthreads();
+  __syncthreads();
   griddep_wait();
 }
 // The producer thread: walks the part's (request, tile) run and loads each BN-token tile with
@@ -38,13 +34,9 @@ __device__ __forceinline__ void init_ring(uint32_t bar0, int stages, int cluster
 // engine fills with zeros (zero keys and values), and flagged. So the consumers need no
 // page-table read of their own: only the rows past L of a request's last tile need zeroing.
 // map: the address of the kernel's __grid_constant__ descriptor parameter (detail::make_kv_map).
-// With CL > 1 the CTAs of a cluster (row blocks of one part: the same tiles) share the loads:
-// this CTA (cluster rank `rank`) loads the blocks kb = rank mod CL and multicasts them to all,
-// after every CTA's consumers released the stage (empty[s] counts all of their warps), so each
-// tile leaves L2 once for the cluster and the CTAs cannot drift apart by more than the ring.
-template <int BN, int S, int CL = 1>
+template <int BN, int S>
 __device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMap* map, const int32_t* in,
-                              uint32_t sK, uint32_t stage_bytes, int nblk, uint32_t bar0, uint32_t rank = 0) {
+                              uint32_t sK, uint32_t stage_bytes, int nblk, uint32_t bar0) {
   const int end_b = in[2], end_t = in[3];
   int it = 0;
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
@@ -62,12 +54,7 @@ __device__ void produce_tiles(const quant::Bf16DecodeParams& p, const CUtensorMa
       const int row = ok ? page * p.page_size + j0 % p.page_size : -BN;  // -BN: out of range, zero-filled
       mbar_arrive_expect_tx(bar0 + 8 * stage, stage_bytes);
       const uint32_t dst = sK + stage * stage_bytes;
-      if constexpr (CL > 1) {
-        for (int kb = static_cast<int>(rank); kb < nblk; kb += CL)
-          tma_load_2d_multicast(dst + kb * BN * 128, map, kb * 64, row, bar0 + 8 * stage, (1u << CL) - 1);
-      } else {
-        for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * BN * 128, map, kb * 64, row, bar0 + 8 * stage);
-      }
+      for (int kb = 0; kb < nblk; ++kb) tma_load_2d(dst + kb * BN * 128, map, kb * 64, row, bar0 + 8 * stage);
     }
   }
 }
