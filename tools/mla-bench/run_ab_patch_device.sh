@@ -10,6 +10,7 @@
 # Usage (GPU machine, repo root, .peer and .carry carried):
 #   OUT=dir PATCH=.carry/x.patch [SUITES=manyhead] [FP8_ONLY=B128_H128_sq1_L8k_dc256,...]
 #   [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
+# (SUITES=none: no peer timing, e.g. to build first and run checks of ones own after.)
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
 : "${PATCH:?PATCH=file (the change to reverse for the base)}"
@@ -38,6 +39,7 @@ wait
 tail -1 "$OUT/peer.log"
 export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 for s in ${SUITES:-manyhead}; do
+  [ "$s" = none ] && continue  # SUITES=none: builds (and tests) only
   timeout 300 python3 tools/mla-bench/peer_flashmla.py --lib /tmp/b/tools/mla-bench/libmla_decode_capi.so \
     --base-lib /tmp/bb/tools/mla-bench/libmla_decode_capi.so --suite "$s" --json "$OUT/ab_$s.json" 2>&1 | tee "$OUT/ab_$s.log"
 done
