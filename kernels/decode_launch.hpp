@@ -73,9 +73,7 @@ void launch_schedule(const quant::Bf16DecodeParams& p, const Workspace& w, int t
 CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows);
 void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
-// v6's shapes; at d_c = 512, d_r = 64 it hands over to the seesaw kernel (decode_manyhead_seesaw.cu).
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
-void launch_manyhead_seesaw(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 // Whether v6 merges the requests' splits itself (no combine launch): when every part holds whole
 // requests at equal lengths (the part count divides the batch), so splits are rare and the fused
 // merge only saves the combine's launch (+1% at 128 rows on an H200). Where the schedule cuts

@@ -287,10 +287,7 @@ void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, in
   switch (p.d_c) {
     case 128: launch_for_dc<128>(p, w, row_blocks, stream); break;
     case 256: launch_for_dc<256>(p, w, row_blocks, stream); break;
-    case 512:
-      if (p.d_r == 64) launch_manyhead_seesaw(p, w, row_blocks, stream);
-      else launch_for_dc<512>(p, w, row_blocks, stream);
-      break;
+    case 512: launch_for_dc<512>(p, w, row_blocks, stream); break;
     default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c) + " on the v6 path");
   }
 }
