@@ -37,7 +37,9 @@ struct V3Cfg {
 // exchanged through shared memory (sPart, double-buffered, one named barrier per tile) and every
 // warp sums them in the same order ((w0 + w1) + w2) + w3, so all warps hold the same S, row max,
 // P and l. P goes from the S accumulators straight into mma A fragments (bf16); O += P V: warp w
-// owns d_c / 4 output columns (V by ldmatrix.trans).
+// owns d_c / 4 output columns (V by ldmatrix.trans). Exponentials by ex2.approx.ftz, as the wgmma
+// paths (exp2f's range fix-up is ~3 more instructions per element, and every warp evaluates the
+// whole tile's softmax: at the power cap a call's energy, not its DRAM time, sets its speed).
 template <int DC, int S>
 __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& p, const int32_t* __restrict__ in,
                                                  const int32_t* __restrict__ offsets, float* o_acc, float* lse_acc,
@@ -165,7 +167,7 @@ __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& 
         tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
         const float m_new = fmaxf(m_run[h], tmax[h]);
         m_use[h] = (m_new == neg_inf) ? 0.f : m_new;  // nothing seen yet: avoid inf - inf
-        alpha[h] = exp2f(m_run[h] - m_use[h]);
+        alpha[h] = ex2_ftz(m_run[h] - m_use[h]);
         m_run[h] = m_new;
       }
       float lsum[2] = {0.f, 0.f};
@@ -174,7 +176,7 @@ __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& 
       for (int n = 0; n < 4; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float pv = exp2f(s_acc[n][e] - m_use[e >> 1]);
+          const float pv = ex2_ftz(s_acc[n][e] - m_use[e >> 1]);
           lsum[e >> 1] += pv;
           s_acc[n][e] = pv;
         }
