@@ -7,8 +7,8 @@
 // whole launch with events. Prints ns and SM cycles per exchange and the bytes per SM per ns, to set
 // against the ~1,100 tensor cycles a tile that design leaves per SM.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/dsmem_bench tools/mla-bench/dsmem_bench.cu
-//   /tmp/dsmem_bench [iters] [work_cycles]
+//   cmake --build build --target dsmem-bench && build/tools/mla-bench/dsmem-bench [iters] [work_cycles]
+// (or alone: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/dsmem_bench tools/mla-bench/dsmem_bench.cu)
 // work_cycles: a spin (in SM cycles) between receiving and sending, standing in for the softmax and
 // the next partial S (0: back-to-back exchanges, the pure latency/bandwidth bound).
 #include <cuda_runtime.h>
