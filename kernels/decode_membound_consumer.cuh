@@ -38,8 +38,9 @@ struct V3Cfg {
 // warp sums them in the same order ((w0 + w1) + w2) + w3, so all warps hold the same S, row max,
 // P and l. P goes from the S accumulators straight into mma A fragments (bf16); O += P V: warp w
 // owns d_c / 4 output columns (V by ldmatrix.trans). Exponentials by ex2.approx.ftz, as the wgmma
-// paths (exp2f's range fix-up is ~3 more instructions per element, and every warp evaluates the
-// whole tile's softmax: at the power cap a call's energy, not its DRAM time, sets its speed).
+// paths: exp2f's range fix-up is ~3 more instructions per element, and every warp evaluates the
+// whole tile's softmax (9% fewer instructions in the tile loop, same outputs, same time on an
+// H100: docs/gpu-notes.md, session 16).
 template <int DC, int S>
 __device__ __forceinline__ void membound_consume(const quant::Bf16DecodeParams& p, const int32_t* __restrict__ in,
                                                  const int32_t* __restrict__ offsets, float* o_acc, float* lse_acc,

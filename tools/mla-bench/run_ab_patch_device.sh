@@ -10,7 +10,7 @@
 # Usage (GPU machine, repo root, .peer and .carry carried):
 #   OUT=dir PATCH=.carry/x.patch [SUITES=manyhead] [FP8_ONLY=B128_H128_sq1_L8k_dc256,...]
 #   [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
-# (SUITES=none: no peer timing, e.g. to build first and run checks of ones own after.)
+# (SUITES=none: no peer timing, e.g. to build here and run one's own checks after.)
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
 : "${PATCH:?PATCH=file (the change to reverse for the base)}"
