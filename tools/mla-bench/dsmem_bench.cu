@@ -8,7 +8,7 @@
 // against the ~1,100 tensor cycles a tile that design leaves per SM.
 //
 //   cmake --build build --target dsmem-bench && build/tools/mla-bench/dsmem-bench [iters] [work_cycles]
-// (or alone: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/dsmem_bench tools/mla-bench/dsmem_bench.cu)
+// (or alone: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I. -o /tmp/dsmem_bench tools/mla-bench/dsmem_bench.cu)
 // work_cycles: a spin (in SM cycles) between receiving and sending, standing in for the softmax and
 // the next partial S (0: back-to-back exchanges, the pure latency/bandwidth bound).
 #include <cuda_runtime.h>
@@ -18,7 +18,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/decode_device.cuh"  // smem_u32, mbarrier init / expect_tx / wait
+
 namespace {
+
+using namespace mla::kernels::detail;
 
 constexpr int kThreads = 128;
 constexpr int kFloats = 64 * 64;                     // one partial S tile
@@ -35,25 +39,10 @@ constexpr size_t kSmem = 2 * kBytes + 64;            // two receive buffers, the
     }                                                                                        \
   } while (0)
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ uint32_t peer_addr(uint32_t local, uint32_t cta) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(local), "r"(cta));
   return r;
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\nW_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
 }
 // Remote arrive, default (CTA-scope release) semantics, as CUTLASS's cluster pipelines.
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
@@ -88,8 +77,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
       mbar_init(bars + 8 * (2 + i), 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    mbar_expect_tx(bars, kBytes);
-    mbar_expect_tx(bars + 8, kBytes);
+    mbar_arrive_expect_tx(bars, kBytes);
+    mbar_arrive_expect_tx(bars + 8, kBytes);
   }
   cluster_sync();
   float mine[kPerThread];
@@ -114,7 +103,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kPerThread; ++i) mine[i] += src[i];  // S = S_0 + S_1
     __syncthreads();  // every thread has read buffer b
     if (t == 0) {
-      mbar_expect_tx(bars + 8 * b, kBytes);                   // re-armed before the peer may refill it
+      mbar_arrive_expect_tx(bars + 8 * b, kBytes);                   // re-armed before the peer may refill it
       mbar_arrive_remote(peer_addr(bars + 8 * (2 + b), peer));  // hand buffer b back
     }
     if (work_cycles > 0) {
