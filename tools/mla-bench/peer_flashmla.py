@@ -213,10 +213,14 @@ def interleaved_times(timer, fns, runs, warmup):
     return times
 
 
+def summarize(times):
+    """Median and (min, max) of each fn's calls, from interleaved_times."""
+    return [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+
+
 def interleaved(timer, fns, runs, warmup):
     """Median and (min, max) of each fn's interleaved calls (interleaved_times)."""
-    times = interleaved_times(timer, fns, runs, warmup)
-    return [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+    return summarize(interleaved_times(timer, fns, runs, warmup))
 
 
 def paired_ratio(num, den, reps=2000, seed=0):
@@ -346,7 +350,7 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
                                             f"base: DIFFERS (out rel_l2 {rel_l2(o1, o2):.1e})")
         fns.append(run_base)
     times = interleaved_times(timer, fns, args.runs, args.warmup)
-    med, rng = [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+    med, rng = summarize(times)
     floor, bound = roofline(mine, ceil)
     row = {"ours_shape": our_shape, "ours_us": med[0], "ours_range_us": rng[0], "parts": parts,
            "floor_us": floor, "bound": bound, "ours_frac_floor": floor / med[0],

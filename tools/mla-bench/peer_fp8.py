@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved_times, paired_ratio, rel_l2, with_parts, add_l2_resident_arg, l2_resident_note  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved_times, paired_ratio, summarize, rel_l2, with_parts, add_l2_resident_arg, l2_resident_note  # noqa: E402
 
 V32_BYTES_PER_TOKEN = 656
 
@@ -204,7 +204,7 @@ def main():
             check = f"out vs FlashMLA bf16 rel_l2 {rel_l2(o1, o2):.2e}"
         fns.append(run_ours.unplanned)  # last: the indices above stay
         times = interleaved_times(timer, fns, args.runs, args.warmup)
-        med, rng = [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+        med, rng = summarize(times)
         rows = B * sq * H
         dim = dc + 64
         q_bytes = rows * (dim * 2 + dc * 2 + 4)

@@ -23,13 +23,12 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved_times, paired_ratio, rel_l2, add_l2_resident_arg, l2_resident_note  # noqa: E402
+from peer_flashmla import Case, Timer, ceilings, flashmla_runner, interleaved_times, paired_ratio, summarize, rel_l2, add_l2_resident_arg, l2_resident_note  # noqa: E402
 from peer_fp8 import fp8_gemm_tflops  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -192,7 +191,7 @@ def main():
             torch.cuda.synchronize()
             check += f"; fp8 route vs FlashMLA {rel_l2(o3, o2):.2e}"
         times = interleaved_times(timer, fns, args.runs, args.warmup)
-        med, rng = [statistics.median(t) for t in times], [(min(t), max(t)) for t in times]
+        med, rng = summarize(times)
         pr = paired_ratio(times[1], times[0])
         check = f"paired {pr[0]:.3f} [{pr[1]:.3f}, {pr[2]:.3f}]; " + check
         rows = B * sq * H
