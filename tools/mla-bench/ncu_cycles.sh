@@ -26,6 +26,7 @@ export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests${PYTHONPATH:+:$P
 M=gpu__time_duration.sum,sm__cycles_elapsed.max,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
 M=$M,sm__inst_executed.sum,dram__bytes_read.sum,lts__t_sectors_op_read.sum
 mkdir -p "$OUT/ncu_cycles"
+trap 'rm -rf "$OUT/ncu_cycles"' EXIT  # the per-run CSVs, also when the script is stopped
 T0=$(date +%s)
 for shape in $SHAPES; do
   for who in flashmla ours; do
@@ -73,5 +74,4 @@ for s in shapes:
           f"{fm['dram__bytes_read.sum'] / 1e9:.3f} / {us['dram__bytes_read.sum'] / 1e9:.3f} |")
 json.dump(res, open(f"{out}/ncu_cycles.json", "w"), indent=1)
 PY
-rm -rf "$OUT/ncu_cycles"
 echo "ncu_cycles: $(( $(date +%s) - T0 )) s"
