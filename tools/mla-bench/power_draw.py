@@ -82,6 +82,9 @@ def main():
     print(f"device: {torch.cuda.get_device_properties(0).name}; ours "
           f"{'planned' if ours.planned else 'with its scheduler'}; ceilings (same process, before the phases): "
           f"copy {ceil['copy_gbs']:.0f} GB/s, bf16 GEMM 8192^3 {ceil['gemm_tflops']:.1f} TFLOP/s", flush=True)
+    dev = str(torch.cuda.current_device())
+    max_mhz = float(subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits", "-i", dev],
+                                   capture_output=True, text=True, check=True).stdout.split()[0])
     sampler = Sampler()
     time.sleep(0.5)
     try:
@@ -104,7 +107,7 @@ def main():
                         reasons = ["no samples"]
                     us = statistics.median(half)
                     print(f"H={H} s_q={sq} L={L} round {r} {name:<8}: {us:8.1f} us/call, {mhz:6.0f} MHz, {watts:5.0f} W, "
-                          f"{watts * us * 1e-3:6.1f} mJ/call, work at 1980 MHz ~{us * mhz / 1980:8.1f} us; "
+                          f"{watts * us * 1e-3:6.1f} mJ/call, work at {max_mhz:.0f} MHz ~{us * mhz / max_mhz:8.1f} us; "
                           f"throttle {','.join(reasons)}", flush=True)
             del c, fns, run
             torch.cuda.empty_cache()
