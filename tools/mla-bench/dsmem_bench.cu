@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/decode_device.cuh"  // smem_u32, mbarrier init / expect_tx / wait
@@ -122,6 +123,14 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help")) {
+    std::printf("usage: dsmem-bench [iters=4096] [work_cycles=0]\n"
+                "Pairs of CTAs (2-CTA clusters on every SM) swap 16 KB fp32 tiles through distributed shared\n"
+                "memory (st.async into double-buffered receive buffers, mbarrier completion), iters times;\n"
+                "work_cycles: a spin between receiving and sending (standing in for the softmax). Prints ns\n"
+                "and SM cycles per exchange and the bytes received per SM per ns.\n");
+    return 0;
+  }
   const int iters = argc > 1 ? std::atoi(argv[1]) : 4096;
   const int work = argc > 2 ? std::atoi(argv[2]) : 0;
   int dev = 0, sms = 0, clock_khz = 0;
