@@ -157,7 +157,6 @@ void decode_impl(const quant::Fp8DecodeParams& p_in, cudaStream_t stream, bool f
     return;
   }
   if (quant::fp8_decode_uses_pair(p)) fp8::launch_pair(p, w, parts, stream);
-  else if (!fp4_cache && p.d_c == 512) fp8::launch_wide(p, w, parts, stream);
   else fp8::launch_rows64(p, w, parts, stream, fp4_cache);
   detail::launch_combine(po, w, stream);
 }

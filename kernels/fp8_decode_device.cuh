@@ -347,10 +347,6 @@ void with_dr_and_format(int d_r, bool fp4_cache, F&& f) {
 void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream,
                    bool fp4_cache = false);
 
-// The wide kernel's launch (kernels/fp8_decode_wide.cu): FP8 pages, d_c = 512, rows > kNarrowRows
-// (v6's division of work, V^T built in shared memory by the producer warpgroup).
-void launch_wide(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);
-
 // The TPLA-slice kernel's launch (kernels/fp8_decode_pair.cu): d_c <= 256 and rows > 64
 // (quant::fp8_decode_uses_pair), 128-row blocks.
 void launch_pair(const quant::Fp8DecodeParams& p, const detail::Workspace& w, int parts, cudaStream_t stream);

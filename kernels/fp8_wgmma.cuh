@@ -1,7 +1,6 @@
 #pragma once
 // wgmma (sm_90a) wrappers for the FP8 decode split kernels (kernels/fp8_decode_rows64.cu,
-// kernels/fp8_decode_wide.cu, kernels/fp8_decode_narrow.cu): e4m3 x e4m3 -> fp32, D += A B
-// (scale-d = 1). FP8 wgmma takes no
+// kernels/fp8_decode_narrow.cu): e4m3 x e4m3 -> fp32, D += A B (scale-d = 1). FP8 wgmma takes no
 // transpose flags: both shared-memory operands are K-major. One asm per shape.
 //   ss_e4m3_n64:  D[64x64] += A[64x32] (smem desc) * B[32x64] (smem desc)          S = Q8 K8^T
 //   rs_e4m3_nN:   D[64xN]  += A[64x32] (4 regs of 4 e4m3) * B[32xN] (smem desc)   O^T += V8^T P8^T
@@ -72,16 +71,6 @@ __device__ __forceinline__ void ss_bf16_n32(float (&d)[16], uint64_t desc_a, uin
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
-// The wide kernel's products (kernels/fp8_decode_wide.cu): O [64 rows x 128 channels] of a P.V
-// warpgroup += P8 V8 over a 32-token k-step, A = P8 and B = V^T from shared memory (both K-major).
-// (m64n256: one instruction needs >= 154 registers, over the 128 a 512-thread CTA compiles to.)
-__device__ __forceinline__ void ss_e4m3_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
-}
-
 template <int N>
 __device__ __forceinline__ void ss_e4m3_narrow(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
   if constexpr (N == 16) ss_e4m3_n16(d, desc_a, desc_b);
