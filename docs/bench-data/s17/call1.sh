@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 17, call 1 (nvidia-h200; carry .peer .carry): the FP8 wide kernel (kernels/fp8_decode_wide.cu:
 # v6's division of work, V^T written to shared memory by the producer warpgroup) against the 64-row
-# kernel (base = this tree with .carry/s17a.patch reversed). FP8 GPU tests of the new tree (hang guard:
+# kernel (base = this tree with .carry/s17a.patch reversed; the tree: commit 6c4e4c0 without its probe). FP8 GPU tests of the new tree (hang guard:
 # timeout), then peer_fp8.py on the many-head d_c = 512 shapes beside FlashMLA BF16 dense, new and
 # base in alternated processes; then dsmem-bench (the cluster design's exchange cost, never run yet).
 set -uo pipefail

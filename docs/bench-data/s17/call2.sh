@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 17, call 2 (nvidia-h200; carry .peer): why the FP8 wide kernel's tile takes ~5,400 cycles
-# (call 1: 2.96 us a tile at H = 64 and at H = 128 alike). The tree carries a temporary runtime probe
+# (call 1: 2.96 us a tile at H = 64 and at H = 128 alike). The tree (commit 6c4e4c0) carries a temporary runtime probe
 # (MLA_WIDE_PROBE bits: 1 transposers copy nothing, 2 no softmax, 4 no P.V wgmmas, 16 transposers do
 # not wait for a free V^T buffer, 32 consumers do not wait for V^T; results wrong, timing only),
 # timed at H = 64 / 128 s_q = 1 8K; then Nsight Compute's stall samples per SASS line of the

@@ -2,7 +2,7 @@
 # Session 17, call 4 (nvidia-h200; carry .peer .carry): the FP8 wide kernel, second version
 # (kernels/fp8_decode_wide.cu: warpgroup 0 S + softmax with the next tile's S issued under the
 # softmax; warpgroups 1-2 each write their own half of V^T and issue the tile's P.V once; one
-# producer thread), against the 64-row kernel (base = this tree with .carry/s17w2.patch reversed).
+# producer thread), against the 64-row kernel (base = this tree with .carry/s17w2.patch reversed; that patch is docs/bench-data/s17/wide-v2.patch).
 # FP8 GPU tests of the new tree (hang guard: timeout), then peer_fp8.py on the many-head d_c = 512
 # shapes beside FlashMLA BF16 dense, new and base in alternated processes.
 set -uo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 17, call 5 (nvidia-h100-x1; carry .peer): what bounds the wide kernel's second version
 # (call 4: 484 us at H = 128 8K, the 64-row kernel's time). The tree carries a temporary runtime probe
-# (MLA_WIDE_PROBE bits: 1 no V^T transposition, 2 no softmax, 4 no P.V wgmmas, 8 no S after each
+# (commit ca6f7a2; MLA_WIDE_PROBE bits: 1 no V^T transposition, 2 no softmax, 4 no P.V wgmmas, 8 no S after each
 # segment's first, 16 no O rescale; results wrong, timing only), timed at H = 64 / 128 s_q = 1 8K;
 # then Nsight Compute's stall samples per SASS line of the unprobed kernel at H = 128.
 set -uo pipefail
