@@ -74,6 +74,11 @@ CUtensorMap make_kv_map(const quant::Bf16DecodeParams& p, int box_rows);
 void launch_membound(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 void launch_mma64(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
 void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, int row_blocks, cudaStream_t stream);
+#ifdef MLA_TIMELINE
+// The diagnostic of kernels/timeline.cuh for v6: host == nullptr clears the event buffer, else copies
+// its timeline::kWarps x timeline::kEvents words out (docs/gpu-notes.md, session 17).
+void v6_timeline(uint64_t* host, cudaStream_t stream);
+#endif
 // Whether v6 merges the requests' splits itself (no combine launch): when every part holds whole
 // requests at equal lengths (the part count divides the batch), so splits are rare and the fused
 // merge only saves the combine's launch (+1% at 128 rows on an H200). Where the schedule cuts

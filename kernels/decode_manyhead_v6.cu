@@ -19,9 +19,13 @@
 #include "kernels/decode_ring.cuh"
 #include "kernels/decode_softmax.cuh"
 #include "kernels/decode_store.cuh"
+#include "kernels/timeline.cuh"
 #include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels::detail {
+#ifdef MLA_TIMELINE
+__device__ uint64_t g_v6_timeline[timeline::kWarps * timeline::kEvents];
+#endif
 namespace {
 
 using quant::kPartInfoInts;
@@ -72,6 +76,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   volatile int* merge_flag = reinterpret_cast<int*>(sLse + 64 + 4 * S);  // after the mbarriers (in the 256 B)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  MLA_TL_INIT(g_v6_timeline);
   init_ring(bar0, S);
   const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid (row blocks, parts)
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
@@ -127,6 +132,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     auto wait_tile = [&](int it_, int ti_) -> uint32_t {
       const uint32_t tile_ = sK + (it_ % S) * stage_bytes;
       mbar_wait(bar0 + 8 * (it_ % S), (it_ / S) & 1);
+      MLA_TL(2);  // warpgroup 0: the tile landed
       const int valid = tile_rows_in_length<kTileTokens>(L, ti_);
       if (valid < kTileTokens) {
         zero_tail_rows<kTileTokens>(tile_, valid, nblk, threadIdx.x, 128);
@@ -161,14 +167,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       float alpha[2] = {1.f, 1.f};
       if (wg == 0) {
         const int j0 = ti * kTileTokens;
+        MLA_TL(0);  // tile start
         gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
+        MLA_TL(1);
 #pragma unroll
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         if (pending >= 0) release(pending);
         pending = -1;
         compute_s64_dc<DC>(sv, sQ, wait_tile(it, ti), nk);
+        MLA_TL(3);  // S done
         float m_use[2];
         softmax_max(sv, j0, L, lim_off, tq, scale_log2, m_run, m_use, alpha);
+        MLA_TL(4);  // row max and factors
         // The rows' factors go to warpgroup 1 as soon as they are known, so that both
         // warpgroups rescale O while this one computes the exponentials.
         if (tq == 0) {
@@ -178,6 +188,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         named_bar_arrive(6, 256);
         rescale(alpha);
         softmax_exp(sv, m_use, alpha, l_run);
+        MLA_TL(5);  // exponentials
         // P as wgmma A fragments (one per 16-token k-step): this warpgroup's P.V is issued from
         // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
         // while P is stored.
@@ -192,7 +203,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
           else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
           else gmma::wgmma_rs_n64(acc, pa[ks], dv);
         });
+        MLA_TL(6);  // P.V issued
         named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
+        MLA_TL(7);
 #pragma unroll
         for (int n = 0; n < 8; ++n)
 #pragma unroll
@@ -204,18 +217,25 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
           }
         fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
         named_bar_sync(4, 256);
+        MLA_TL(8);  // P handed over
       } else {
+        MLA_TL(10);  // tile start
         gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
+        MLA_TL(11);
 #pragma unroll
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         if (pending >= 0) release(pending);
         pending = -1;
         named_bar_sync(6, 256);  // the tile's row factors are in shared memory
+        MLA_TL(12);
         alpha[0] = sScale[lrow[0]];
         alpha[1] = sScale[lrow[1]];
         rescale(alpha);
+        MLA_TL(13);
         named_bar_sync(3, 256);
+        MLA_TL(14);
         named_bar_sync(4, 256);  // P and the zeroed tail rows are visible
+        MLA_TL(15);
         const uint64_t dp0 = gmma_desc(sP, 16, 1024);
         issue_pv([&](int ks, uint64_t dv) {
           const uint64_t da = gmma_desc_at(dp0, ks * 32);
@@ -223,6 +243,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
           else if constexpr (C::kNHalf == 128) gmma::wgmma_ss_n128_tb(acc, da, dv);
           else gmma::wgmma_ss_n64_tb(acc, da, dv);
         });
+        MLA_TL(16);  // P.V issued
       }
       pending = it;  // not waited for here: released once this warpgroup's next wgmma.wait covers it
     }
@@ -291,5 +312,16 @@ void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, in
     default: throw InputError("mla decode params: d_c = " + std::to_string(p.d_c) + " on the v6 path");
   }
 }
+
+#ifdef MLA_TIMELINE
+void v6_timeline(uint64_t* host, cudaStream_t stream) {
+  void* dev = nullptr;
+  cuda::check(cudaGetSymbolAddress(&dev, g_v6_timeline), "v6 timeline address", "mla decode");
+  const size_t bytes = sizeof(uint64_t) * timeline::kWarps * timeline::kEvents;
+  if (host == nullptr) cuda::check(cudaMemsetAsync(dev, 0, bytes, stream), "v6 timeline clear", "mla decode");
+  else cuda::check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), "v6 timeline read", "mla decode");
+  cuda::check(cudaStreamSynchronize(stream), "v6 timeline", "mla decode");
+}
+#endif
 
 }  // namespace mla::kernels::detail

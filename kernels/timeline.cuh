@@ -1,0 +1,33 @@
+#pragma once
+// A diagnostic, compiled in only with -DMLA_TIMELINE (CMake: -DMLA_TIMELINE=ON): lane 0 of every
+// warp of one CTA (grid block (0, 0)) records the SM clock at named points of its kernel, so a
+// tile's time can be split between the hand-offs of its warpgroups (docs/gpu-notes.md, session
+// 17). Each event is one 8-byte store: (clock64 << 8) | id. Without MLA_TIMELINE the macros are
+// empty and nothing is compiled in. Host side: kernels/decode_launch.hpp (v6_timeline).
+#include <cstdint>
+
+namespace mla::kernels::timeline {
+
+constexpr int kWarps = 16, kEvents = 1024;  // slots per warp; later events are dropped
+
+#ifdef MLA_TIMELINE
+__device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0 && n < kEvents) {
+    const long long c = clock64();
+    buf[(threadIdx.x >> 5) * kEvents + n] = (static_cast<uint64_t>(c) << 8) | static_cast<uint64_t>(id);
+  }
+  ++n;
+}
+#endif
+
+}  // namespace mla::kernels::timeline
+
+#ifdef MLA_TIMELINE
+#define MLA_TL_INIT(buf) \
+  uint64_t* mla_tl_buf = (buf); \
+  int mla_tl_n = 0
+#define MLA_TL(id) ::mla::kernels::timeline::record(mla_tl_buf, mla_tl_n, (id))
+#else
+#define MLA_TL_INIT(buf) static_assert(true)
+#define MLA_TL(id) static_cast<void>(0)
+#endif
