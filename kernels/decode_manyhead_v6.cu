@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         named_bar_arrive(6, 256);
         rescale(alpha);
         softmax_exp(sv, m_use, alpha, l_run);
-        MLA_TL(5);  // exponentials
+        MLA_TL(5);  // O rescaled, exponentials
         // P as wgmma A fragments (one per 16-token k-step): this warpgroup's P.V is issued from
         // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
         // while P is stored.

@@ -8,7 +8,7 @@ the shape (after two warm-up calls), then per warpgroup the median cycles betwee
 events over the CTA's tiles (its first two and last tile left out) and the median tile period.
 
 Events, warpgroup 0 (S, softmax, its half of O): 0 tile start, 1 its previous P.V done, 2 the tile
-landed, 3 S done, 4 row max (factors published), 5 exponentials, 6 its P.V issued, 7 the P buffer
+landed, 3 S done, 4 row max (factors published), 5 O rescaled and the exponentials, 6 its P.V issued, 7 the P buffer
 free (barrier 3), 8 P handed over (barrier 4). Warpgroup 1 (the other half of O): 10 tile start,
 11 its previous P.V done, 12 the row factors (barrier 6), 13 O rescaled, 14 barrier 3, 15 P
 visible (barrier 4), 16 its P.V issued.
@@ -30,7 +30,7 @@ from peer_flashmla import Case, Ours  # noqa: E402
 
 WARPS, EVENTS = 16, 1024  # kernels/timeline.cuh
 NAMES = {0: "tile start", 1: "own previous P.V done", 2: "tile landed", 3: "S done", 4: "row max",
-         5: "exponentials", 6: "P.V issued", 7: "P buffer free (bar 3)", 8: "P handed over (bar 4)",
+         5: "O rescaled, exponentials", 6: "P.V issued", 7: "P buffer free (bar 3)", 8: "P handed over (bar 4)",
          10: "tile start", 11: "own previous P.V done", 12: "row factors (bar 6)", 13: "O rescaled",
          14: "bar 3", 15: "P visible (bar 4)", 16: "P.V issued"}
 
@@ -104,6 +104,9 @@ def main():
     buf = (ctypes.c_uint64 * (WARPS * EVENTS))()
     timeline(ctypes.addressof(buf))
     per_warp = [events_of(buf[w * EVENTS:(w + 1) * EVENTS]) for w in range(WARPS)]
+    if not per_warp[0] or not per_warp[4]:
+        sys.exit(f"timeline_v6: no events recorded for {case.name}: the call did not run v6 (it takes > 16 "
+                 "query rows at d_c 128-512 outside the TPLA-slice path; see docs/kernels.md)")
     report = {"device": torch.cuda.get_device_name(), "shape": case.name, "parts": parts,
               "warpgroup0": summary(per_warp[0], 0), "warpgroup1": summary(per_warp[4], 10)}
     print(f"device {report['device']}, {case.name}, {parts} parts; CTA (0, 0), warps 0 and 4")
