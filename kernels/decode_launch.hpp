@@ -89,3 +89,10 @@ void launch_manyhead_v7(const quant::Bf16DecodeParams& p, const Workspace& w, in
 void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaStream_t stream);
 
 }  // namespace mla::kernels::detail
+
+#ifdef MLA_TIMELINE
+namespace mla::kernels::fp8 {
+// The same diagnostic for the FP8 64-row split kernel (kernels/fp8_decode_rows64.cu).
+void rows64_timeline(uint64_t* host, cudaStream_t stream);
+}  // namespace mla::kernels::fp8
+#endif

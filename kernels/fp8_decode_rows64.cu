@@ -34,9 +34,13 @@
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_softmax_rows64.cuh"
 #include "kernels/fp8_wgmma.cuh"
+#include "kernels/timeline.cuh"
 #include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels::fp8 {
+#ifdef MLA_TIMELINE
+__device__ uint64_t g_rows64_timeline[timeline::kWarps * timeline::kEvents];
+#endif
 namespace {
 
 constexpr int kThreads = 512, kConsumers = 384, kRows = 64;
@@ -93,6 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sRaw = (sValid + 4 * S + 127u) & ~127u;
   const uint32_t rbar = sRaw + C::kR * C::kRawStage, rValid = rbar + 16 * C::kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  MLA_TL_INIT(g_rows64_timeline);
   // Every consumer warp releases a stage; the producer's expect_tx or each converting warp fills it.
   init_stage_ring(bar0, S, 12, FP4 ? kConvWarps : 1);
   if constexpr (FP4) init_stage_ring(rbar, C::kR, kConvWarps);  // the copying thread fills, the converters release
@@ -151,6 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = it_ % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it_ / S) & 1);
+        MLA_TL(1);  // the tile landed
         issue_s_rows64<DC, DR>(acc, dq, dqr, st);
       };
       // Softmax of tile ti_ (ring slot it_) from its finished S in sv; P8^T and gamma out.
@@ -167,21 +173,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         // ---- online softmax, s_k folded into P, P re-quantised per row and tile ----
         float gamma[2], inv[2];
+        MLA_TL(3);  // softmax inputs read, stage released
         softmax_tile_any(sv, skv, lim, j0, tq, rowf, m_run, l_run, sig, gamma, inv);
+        MLA_TL(4);  // softmax
         // ---- P8^T [row][token] (128-byte rows and swizzle) and gamma into buffer it_ & 1 ----
         const int pb = it_ & 1;
         detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it_ - 2 is done with buffer pb
+        MLA_TL(5);  // P buffer free
         store_p8t_gamma(sv, inv, gamma, sP + pb * C::kP, gam + pb * kRows, lrow, tq);
         detail::fence_proxy_async();
         detail::named_bar_arrive(kBarFull + pb, kConsumers);
+        MLA_TL(6);  // P handed over
       };
       // One tile at a time: S, then its softmax. (S of tile ti + 1 issued into a second
       // accumulator during tile ti's softmax was slower: ptxas serialises the wgmmas, C7514;
       // docs/gpu-notes.md.)
       for (int ti = t; ti < stop; ++ti) {
         float sv[32];
+        MLA_TL(0);  // tile start
         issue_s(sv, it);
         gmma::wait<0>();
+        MLA_TL(2);  // S done
         finish(sv, ti, it++);
       }
       if (detail::part_has_segment(b + 1, 0, end_b, end_t))  // the next segment's query: this one's S are done
@@ -222,22 +234,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ti = t; ti < stop; ++ti, ++it) {
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
+        MLA_TL(10);  // tile start
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        MLA_TL(11);  // the tile landed
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         // One k-step's fragments at a time (16 registers: the accumulators take 128): the
         // second k-step's are built once the first's wgmmas are done, then the stage is free.
         uint32_t fr[NB][4];
         vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr);
+        MLA_TL(12);  // V^T fragments of k-step 0
         const int pb = it & 1;
         const uint64_t dp = desc_sw(sP + pb * C::kP, 1024, 1);
         detail::named_bar_sync(kBarFull + pb, kConsumers);
+        MLA_TL(13);  // P8 of the tile
         pv_rescale<NB, kRows, true>(acc, gam + pb * kRows, tq);
+        MLA_TL(14);  // O rescaled
         gmma::fence();
         pv_mma_ks<NB, kRows>(acc, fr, dp);
         gmma::commit();
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
+        MLA_TL(15);  // k-step 0's P.V done
         vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr);
+        MLA_TL(16);  // V^T fragments of k-step 1
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         gmma::fence();
@@ -245,6 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         gmma::commit();
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
+        MLA_TL(17);  // k-step 1's P.V done
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
         if constexpr (FP4)  // into the stage this tile left
           if (it + S < fp4_tiles) convert_tile(it + S);
@@ -284,5 +304,16 @@ void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, 
     launch_dc<decltype(dr)::value, decltype(fp4)::value>(p, w, parts, stream);
   });
 }
+
+#ifdef MLA_TIMELINE
+void rows64_timeline(uint64_t* host, cudaStream_t stream) {
+  void* dev = nullptr;
+  cuda::check(cudaGetSymbolAddress(&dev, g_rows64_timeline), "fp8 64-row timeline address", "mla decode");
+  const size_t bytes = sizeof(uint64_t) * timeline::kWarps * timeline::kEvents;
+  if (host == nullptr) cuda::check(cudaMemsetAsync(dev, 0, bytes, stream), "fp8 64-row timeline clear", "mla decode");
+  else cuda::check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), "fp8 64-row timeline read", "mla decode");
+  cuda::check(cudaStreamSynchronize(stream), "fp8 64-row timeline", "mla decode");
+}
+#endif
 
 }  // namespace mla::kernels::fp8

@@ -104,7 +104,7 @@ int mla_decode_capi_twin(const void* q, const void* kv_cache, const int32_t* pag
 
 // The v6 kernel's event timeline (kernels/timeline.cuh; a build with -DMLA_TIMELINE=ON only, else an
 // error): host == nullptr clears it, else copies timeline::kWarps x timeline::kEvents uint64 words
-// out ((SM clock << 8) | event id; 0 = no event). tools/mla-bench/timeline_v6.py reads it.
+// out ((SM clock << 8) | event id; 0 = no event). tools/mla-bench/timeline.py reads it.
 int mla_decode_capi_timeline(void* host, void* stream, char* err, size_t err_len) {
   return mla::capi::report_errors(err, err_len, [&] {
 #ifdef MLA_TIMELINE

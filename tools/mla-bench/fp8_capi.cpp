@@ -4,11 +4,15 @@
 // functions (python/mla_toolchain/kv_quant.py; docs/python.md): keep these signatures stable, add
 // new entry points beside them. The C++ API is kernels/fp8_append.hpp and kernels/fp8_decode.hpp.
 #include <exception>
+#include <stdexcept>
 #include <vector>
 
 #include "capi_common.hpp"
 #include "kernels/fp8_append.hpp"
 #include "kernels/fp8_decode.hpp"
+#ifdef MLA_TIMELINE
+#include "kernels/decode_launch.hpp"
+#endif
 #include "quant/fp8_cache_format.hpp"
 
 extern "C" {
@@ -87,6 +91,21 @@ int mla_fp8_capi_twin(const void* q, const void* cache, const int32_t* page_tabl
     p.cache = static_cast<const uint8_t*>(cache);
     p.num_parts = num_parts;
     mla::quant::fp8_decode_twin(p);
+  });
+}
+
+// The FP8 64-row split kernel's event timeline (kernels/timeline.cuh; a build with
+// -DMLA_TIMELINE=ON only, else an error): host == nullptr clears it, else copies
+// timeline::kWarps x timeline::kEvents uint64 words out. tools/mla-bench/timeline.py reads it.
+int mla_fp8_capi_timeline(void* host, void* stream, char* err, size_t err_len) {
+  return mla::capi::report_errors(err, err_len, [&] {
+#ifdef MLA_TIMELINE
+    mla::kernels::fp8::rows64_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
+#else
+    (void)host;
+    (void)stream;
+    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
+#endif
   });
 }
 

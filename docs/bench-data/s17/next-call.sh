@@ -19,6 +19,6 @@ T0=$(date +%s)
 bash tools/mla-bench/run_ab_patch_device.sh 2>&1 | cut -c1-260
 cmake -S . -B /tmp/btl -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON -DMLA_TIMELINE=ON > /tmp/cfgtl.log 2>&1 &&
   cmake --build /tmp/btl -j16 --target mla_decode_capi > /tmp/buildtl.log 2>&1 || { echo "timeline build failed"; exit 1; }
-PYTHONPATH=$PWD/tools/mla-bench timeout 60 python3 tools/mla-bench/timeline_v6.py \
+PYTHONPATH=$PWD/tools/mla-bench timeout 60 python3 tools/mla-bench/timeline.py --kernel v6 \
   --lib /tmp/btl/tools/mla-bench/libmla_decode_capi.so --heads 128 --s-q 1 --seqlen 8192 --json "$OUT/timeline_patched.json"
 echo "call total $(( $(date +%s) - T0 )) s"

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Where a tile's time goes in a many-head split kernel, per warpgroup, from the SM clock.
+
+Needs the C API library built with the kernel timeline compiled in (cmake -DMLA_TIMELINE=ON; the
+macros of kernels/timeline.cuh are empty otherwise): lane 0 of each warp of grid block (0, 0)
+records (clock64 << 8) | event id at named points of the kernel. One decode call of the shape
+(after two warm-up calls), then per warpgroup the median cycles between consecutive events over
+the CTA's tiles (its first two and last tile left out) and the median tile period.
+
+--kernel v6 (the BF16 many-head kernel, decode_manyhead_v6.cu; libmla_decode_capi.so):
+  warpgroup 0 (S, softmax, its half of O): 0 tile start, 1 its previous P.V done, 2 the tile landed,
+  3 S done, 4 row max (factors published), 5 O rescaled and the exponentials, 6 its P.V issued,
+  7 the P buffer free (barrier 3), 8 P handed over (barrier 4); warpgroup 1 (the other half of O):
+  10 tile start, 11 its previous P.V done, 12 the row factors (barrier 6), 13 O rescaled,
+  14 barrier 3, 15 P visible (barrier 4), 16 its P.V issued.
+--kernel fp8-rows64 (the FP8 64-row kernel, fp8_decode_rows64.cu; libmla_fp8_capi.so):
+  warpgroup 0 (S and the softmax): 0 tile start, 1 the tile landed, 2 S done, 3 softmax inputs read
+  (stage released), 4 softmax, 5 P buffer free, 6 P handed over; warpgroup 1 (P.V over half of
+  d_c): 10 tile start, 11 the tile landed, 12 V^T fragments of k-step 0, 13 P8 of the tile,
+  14 O rescaled, 15 k-step 0's P.V done, 16 V^T fragments of k-step 1, 17 k-step 1's P.V done.
+
+    python3 tools/mla-bench/timeline.py --kernel v6 --lib build-tl/tools/mla-bench/libmla_decode_capi.so \
+        --heads 128 --s-q 1 --seqlen 8192 [--json out.json]
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_flashmla import Case, Ours  # noqa: E402
+
+WARPS, EVENTS = 16, 1024  # kernels/timeline.cuh
+NAMES = {
+    "v6": {0: "tile start", 1: "own previous P.V done", 2: "tile landed", 3: "S done", 4: "row max",
+           5: "O rescaled, exponentials", 6: "P.V issued", 7: "P buffer free (bar 3)", 8: "P handed over (bar 4)",
+           10: "tile start", 11: "own previous P.V done", 12: "row factors (bar 6)", 13: "O rescaled",
+           14: "bar 3", 15: "P visible (bar 4)", 16: "P.V issued"},
+    "fp8-rows64": {0: "tile start", 1: "tile landed", 2: "S done", 3: "softmax inputs read", 4: "softmax",
+                   5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "tile landed",
+                   12: "V^T fragments, k-step 0", 13: "P8 of the tile", 14: "O rescaled", 15: "k-step 0 P.V done",
+                   16: "V^T fragments, k-step 1", 17: "k-step 1 P.V done"},
+}
+# The C API function that reads each kernel's events.
+READER = {"v6": "mla_decode_capi_timeline", "fp8-rows64": "mla_fp8_capi_timeline"}
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", choices=sorted(READER), default="v6")
+    ap.add_argument("--lib", required=True,
+                    help="libmla_decode_capi.so (v6) or libmla_fp8_capi.so (fp8-rows64) built with -DMLA_TIMELINE=ON")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=128)
+    ap.add_argument("--s-q", type=int, default=1)
+    ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--json", help="write the per-warp event lists and the summary here")
+    return ap.parse_args()
+
+
+def events_of(words):
+    """[(clock, id)] of one warp's slots, in recording order (0 = an empty slot)."""
+    return [(w >> 8, w & 0xFF) for w in words if w != 0]
+
+
+def tiles(events, start_id):
+    """The warp's events split into tiles at each start_id event."""
+    out, cur = [], None
+    for clk, ev in events:
+        if ev == start_id:
+            if cur:
+                out.append(cur)
+            cur = [(clk, ev)]
+        elif cur is not None:
+            cur.append((clk, ev))
+    if cur:
+        out.append(cur)
+    return out
+
+
+def summary(events, start_id, names):
+    """Median cycles from each event to the next within a tile, and the median tile period."""
+    ts = tiles(events, start_id)
+    steady = ts[2:-1] if len(ts) > 4 else ts
+    gaps = {}
+    for t in steady:
+        for (c0, e0), (c1, e1) in zip(t, t[1:]):
+            gaps.setdefault((e0, e1), []).append(c1 - c0)
+    periods = [b[0][0] - a[0][0] for a, b in zip(steady, steady[1:])]
+    rows = [{"from": e0, "to": e1, "what": names.get(e1, str(e1)), "median_cycles": statistics.median(v),
+             "tiles": len(v)} for (e0, e1), v in gaps.items()]
+    rows.sort(key=lambda r: (r["from"], r["to"]))
+    return {"tiles_recorded": len(ts), "tiles_used": len(steady),
+            "period_cycles": statistics.median(periods) if periods else None, "gaps": rows}
+
+
+def main():
+    args = parse_args()
+    lib = ctypes.CDLL(args.lib)
+    reader = getattr(lib, READER[args.kernel])
+    reader.restype = ctypes.c_int
+    reader.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    err = ctypes.create_string_buffer(1024)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def timeline(host):
+        if reader(host, ctypes.c_void_p(stream), err, 1024) != 0:
+            sys.exit(f"timeline: {err.value.decode()}")
+
+    case = Case(args.batch, args.heads, args.s_q, 512, 64, args.seqlen, 64, seed=0)
+    if args.kernel == "v6":
+        run, parts = Ours(args.lib).prepare(case, 0)
+    else:
+        from peer_fp8 import Ours as Fp8Ours  # the FP8 cache written by our append kernel from case's values
+        run, parts = Fp8Ours(args.lib).prepare(case)
+    run()
+    run()
+    timeline(None)
+    run()
+    torch.cuda.synchronize()
+    buf = (ctypes.c_uint64 * (WARPS * EVENTS))()
+    timeline(ctypes.addressof(buf))
+    per_warp = [events_of(buf[w * EVENTS:(w + 1) * EVENTS]) for w in range(WARPS)]
+    if not per_warp[0] or not per_warp[4]:
+        sys.exit(f"timeline: no events recorded for {case.name}: the call did not run the {args.kernel} kernel "
+                 "(v6: > 16 query rows outside the TPLA-slice path; fp8-rows64: > 32 query rows outside the "
+                 "TPLA-slice path; see docs/kernels.md)")
+    names = NAMES[args.kernel]
+    report = {"device": torch.cuda.get_device_name(), "kernel": args.kernel, "shape": case.name, "parts": parts,
+              "warpgroup0": summary(per_warp[0], 0, names), "warpgroup1": summary(per_warp[4], 10, names)}
+    print(f"device {report['device']}, {args.kernel}, {case.name}, {parts} parts; CTA (0, 0), warps 0 and 4")
+    for wg in ("warpgroup0", "warpgroup1"):
+        s = report[wg]
+        print(f"{wg}: {s['tiles_used']} of {s['tiles_recorded']} tiles, median period {s['period_cycles']} cycles")
+        for r in s["gaps"]:
+            print(f"  {r['from']:>2} -> {r['to']:>2}  {r['median_cycles']:>8.0f}  {r['what']}")
+    if args.json:
+        report["events"] = {str(w): per_warp[w] for w in range(WARPS) if per_warp[w]}
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
