@@ -317,10 +317,7 @@ void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, in
 void v6_timeline(uint64_t* host, cudaStream_t stream) {
   void* dev = nullptr;
   cuda::check(cudaGetSymbolAddress(&dev, g_v6_timeline), "v6 timeline address", "mla decode");
-  const size_t bytes = sizeof(uint64_t) * timeline::kWarps * timeline::kEvents;
-  if (host == nullptr) cuda::check(cudaMemsetAsync(dev, 0, bytes, stream), "v6 timeline clear", "mla decode");
-  else cuda::check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), "v6 timeline read", "mla decode");
-  cuda::check(cudaStreamSynchronize(stream), "v6 timeline", "mla decode");
+  timeline::transfer(dev, host, stream, "v6 timeline");
 }
 #endif
 

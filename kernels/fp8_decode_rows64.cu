@@ -309,10 +309,7 @@ void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, 
 void rows64_timeline(uint64_t* host, cudaStream_t stream) {
   void* dev = nullptr;
   cuda::check(cudaGetSymbolAddress(&dev, g_rows64_timeline), "fp8 64-row timeline address", "mla decode");
-  const size_t bytes = sizeof(uint64_t) * timeline::kWarps * timeline::kEvents;
-  if (host == nullptr) cuda::check(cudaMemsetAsync(dev, 0, bytes, stream), "fp8 64-row timeline clear", "mla decode");
-  else cuda::check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), "fp8 64-row timeline read", "mla decode");
-  cuda::check(cudaStreamSynchronize(stream), "fp8 64-row timeline", "mla decode");
+  timeline::transfer(dev, host, stream, "fp8 64-row timeline");
 }
 #endif
 

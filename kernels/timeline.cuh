@@ -6,12 +6,25 @@
 // empty and nothing is compiled in. Host side: kernels/decode_launch.hpp (v6_timeline,
 // fp8::rows64_timeline); tools/mla-bench/timeline.py reads and summarises the events.
 #include <cstdint>
+#include <string>
+
+#include "kernels/cuda_check.hpp"
 
 namespace mla::kernels::timeline {
 
 constexpr int kWarps = 16, kEvents = 1024;  // slots per warp; later events are dropped
 
 #ifdef MLA_TIMELINE
+// Host side, for a kernel file's reader (the buffer's address comes from cudaGetSymbolAddress in the
+// file that defines it): host == nullptr clears the kWarps x kEvents words at dev, else copies them
+// to host; waits for the stream either way.
+inline void transfer(void* dev, uint64_t* host, cudaStream_t stream, const std::string& what) {
+  const size_t bytes = sizeof(uint64_t) * kWarps * kEvents;
+  if (host == nullptr) cuda::check(cudaMemsetAsync(dev, 0, bytes, stream), what + " clear", "mla decode");
+  else cuda::check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), what + " read", "mla decode");
+  cuda::check(cudaStreamSynchronize(stream), what, "mla decode");
+}
+
 __device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
   if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0 && n < kEvents) {
     const long long c = clock64();
