@@ -6,9 +6,11 @@
 // empty and nothing is compiled in. Host side: kernels/decode_launch.hpp (v6_timeline,
 // fp8::rows64_timeline); tools/mla-bench/timeline.py reads and summarises the events.
 #include <cstdint>
+#ifdef MLA_TIMELINE
 #include <string>
 
 #include "kernels/cuda_check.hpp"
+#endif
 
 namespace mla::kernels::timeline {
 
