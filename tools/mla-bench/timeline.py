@@ -140,8 +140,14 @@ def main():
             print(f"  {r['from']:>2} -> {r['to']:>2}  {r['median_cycles']:>8.0f}  {r['what']}")
     if args.json:
         report["events"] = {str(w): per_warp[w] for w in range(WARPS) if per_warp[w]}
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        tmp = args.json + ".tmp"  # renamed once complete: a stopped run leaves no half-written report
+        try:
+            with open(tmp, "w") as f:
+                json.dump(report, f, indent=1)
+            os.replace(tmp, args.json)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
 
 if __name__ == "__main__":
