@@ -240,74 +240,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         // One k-step's fragments at a time (16 registers: the accumulators take 128): the
         // second k-step's are built once the first's wgmmas are done, then the stage is free.
-#ifndef MLA_FP8_PROBE
-#define MLA_FP8_PROBE 0
-#endif
-#if MLA_FP8_PROBE == 8
-        // Probe 8: both k-steps' fragments before P8 (the stage released then), both P.V issued at once.
-        uint32_t fr[NB][4], fr1[NB][4];
-        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr);
-        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr1);
-        __syncwarp();
-        if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
-        MLA_TL(12);
-        const int pb = it & 1;
-        const uint64_t dp = desc_sw(sP + pb * C::kP, 1024, 1);
-        detail::named_bar_sync(kBarFull + pb, kConsumers);
-        MLA_TL(13);
-        pv_rescale<NB, kRows, true>(acc, gam + pb * kRows, tq);
-        MLA_TL(14);
-        gmma::fence();
-        pv_mma_ks<NB, kRows>(acc, fr, dp);
-        pv_mma_ks<NB, kRows>(acc, fr1, detail::gmma_desc_at(dp, 32));
-        gmma::commit();
-        gmma::wait<0>();
-        pv_fence_acc<NB, kRows>(acc);
-        MLA_TL(15);
-        MLA_TL(16);
-        MLA_TL(17);
-#else
         uint32_t fr[NB][4];
-        if constexpr (MLA_FP8_PROBE & 2) {
-#pragma unroll
-          for (int mb = 0; mb < NB; ++mb)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) fr[mb][i] = lane ^ (i + valid);
-        } else {
-          vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr);
-        }
+        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr);
         MLA_TL(12);  // V^T fragments of k-step 0
         const int pb = it & 1;
         const uint64_t dp = desc_sw(sP + pb * C::kP, 1024, 1);
         detail::named_bar_sync(kBarFull + pb, kConsumers);
         MLA_TL(13);  // P8 of the tile
-        if constexpr (!(MLA_FP8_PROBE & 4)) pv_rescale<NB, kRows, true>(acc, gam + pb * kRows, tq);
+        pv_rescale<NB, kRows, true>(acc, gam + pb * kRows, tq);
         MLA_TL(14);  // O rescaled
         gmma::fence();
-        if constexpr (!(MLA_FP8_PROBE & 1)) pv_mma_ks<NB, kRows>(acc, fr, dp);
+        pv_mma_ks<NB, kRows>(acc, fr, dp);
         gmma::commit();
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
         MLA_TL(15);  // k-step 0's P.V done
-        if constexpr (MLA_FP8_PROBE & 2) {
-#pragma unroll
-          for (int mb = 0; mb < NB; ++mb)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) fr[mb][i] ^= 0x01010101u;
-        } else {
-          vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr);
-        }
+        vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr);
         MLA_TL(16);  // V^T fragments of k-step 1
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         gmma::fence();
-        if constexpr (!(MLA_FP8_PROBE & 1)) pv_mma_ks<NB, kRows>(acc, fr, detail::gmma_desc_at(dp, 32));
-        else if (fr[0][0] == 0x12345678u) acc[0][0] += 1.f;  // keep fr live
+        pv_mma_ks<NB, kRows>(acc, fr, detail::gmma_desc_at(dp, 32));
         gmma::commit();
         gmma::wait<0>();
         pv_fence_acc<NB, kRows>(acc);
         MLA_TL(17);  // k-step 1's P.V done
-#endif
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
         if constexpr (FP4)  // into the stage this tile left
           if (it + S < fp4_tiles) convert_tile(it + S);
