@@ -2,7 +2,7 @@
 // A diagnostic, compiled in only with -DMLA_TIMELINE (CMake: -DMLA_TIMELINE=ON): lane 0 of every
 // warp of one CTA (grid block (0, 0)) records the SM clock at named points of its kernel, so a
 // tile's time can be split between the hand-offs of its warpgroups (docs/gpu-notes.md, session
-// 17). Each event is one 8-byte store: (clock64 << 8) | id. Without MLA_TIMELINE the macros are
+// 17). Each event is one 8-byte store: (clock64 << 8) | id, into a ring of kEvents slots a warp. Without MLA_TIMELINE the macros are
 // empty and nothing is compiled in. Host side: kernels/decode_launch.hpp (v6_timeline,
 // fp8::rows64_timeline); tools/mla-bench/timeline.py reads and summarises the events.
 #include <cstdint>
@@ -14,7 +14,9 @@
 
 namespace mla::kernels::timeline {
 
-constexpr int kWarps = 16, kEvents = 1024;  // slots per warp; later events are dropped
+// Slots per warp, a ring: a warp's last kEvents events are kept (the end of a long run, where every
+// CTA is busy; session 18 found the first kEvents of CTA (0, 0) identical at 8K and 32K).
+constexpr int kWarps = 16, kEvents = 1024;
 
 #ifdef MLA_TIMELINE
 // Host side, for a kernel file's reader (the buffer's address comes from cudaGetSymbolAddress in the
@@ -28,11 +30,11 @@ inline void transfer(void* dev, uint64_t* host, cudaStream_t stream, const std::
 }
 
 __device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
-  if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0 && n < kEvents) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0) {
     const long long c = clock64();
     buf[(threadIdx.x >> 5) * kEvents + n] = (static_cast<uint64_t>(c) << 8) | static_cast<uint64_t>(id);
   }
-  ++n;
+  n = (n + 1) % kEvents;
 }
 #endif
 

@@ -3,9 +3,10 @@
 
 Needs the C API library built with the kernel timeline compiled in (cmake -DMLA_TIMELINE=ON; the
 macros of kernels/timeline.cuh are empty otherwise): lane 0 of each warp of grid block (0, 0)
-records (clock64 << 8) | event id at named points of the kernel. One decode call of the shape
-(after two warm-up calls), then per warpgroup the median cycles between consecutive events over
-the CTA's tiles (its first two and last tile left out) and the median tile period.
+records (clock64 << 8) | event id at named points of the kernel, keeping its last 1,024 events
+(about 110 tiles: the end of the CTA's run). One decode call of the shape (after two warm-up
+calls), then per warpgroup the median cycles between consecutive events over the recorded tiles
+(the first two and the last left out) and the median tile period.
 
 --kernel v6 (the BF16 many-head kernel, decode_manyhead_v6.cu; libmla_decode_capi.so):
   warpgroup 0 (S, softmax, its half of O): 0 tile start, 1 its previous P.V done, 2 the tile landed,
@@ -63,8 +64,9 @@ def parse_args():
 
 
 def events_of(words):
-    """[(clock, id)] of one warp's slots, in recording order (0 = an empty slot)."""
-    return [(w >> 8, w & 0xFF) for w in words if w != 0]
+    """[(clock, id)] of one warp's slots in recording order (0 = an empty slot): the slots are a ring
+    holding the warp's last events (kernels/timeline.cuh), so they are ordered by clock."""
+    return sorted((w >> 8, w & 0xFF) for w in words if w != 0)
 
 
 def tiles(events, start_id):
