@@ -32,31 +32,16 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
                                                     int j0, int tq, const float (&rowf)[2], float (&m_run)[2],
                                                     float (&l_run)[2], float (&sig)[2], float (&gamma)[2],
                                                     float (&inv)[2]) {
-  // Warpgroup 0 runs this with one warp per scheduler, so its time is latency, not issue
-  // (session 18: ~1,160 cycles a tile with nothing beside it against ~380 instructions). The
-  // maxima are therefore kept as four partial maxima a row (max is exact in any order), and both
-  // rows' quad reductions come before either row's divisions; the sums keep their order.
   const float neg_inf = -__int_as_float(0x7f800000);
-  float tmq[2][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) tmq[h][q] = neg_inf;
+  float tmax[2] = {neg_inf, neg_inf};
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
     const float x = (sv[i] * skv[e]) * rowf[h];
     sv[i] = (!kMasked || j0 + jj < lim[h]) ? x : neg_inf;
-    tmq[h][(i >> 2) & 3] = fmaxf(tmq[h][(i >> 2) & 3], sv[i]);
+    tmax[h] = fmaxf(tmax[h], sv[i]);
   }
-  float tmax[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) tmax[h] = fmaxf(fmaxf(tmq[h][0], tmq[h][1]), fmaxf(tmq[h][2], tmq[h][3]));
-  float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amq[2][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) amq[h][q] = 0.f;
+  float m_use[2], alpha[2], psum[2] = {0.f, 0.f}, amax[2] = {0.f, 0.f};
   detail::row_max_step(tmax, m_run, m_use, alpha, [](float x) { return detail::ex2_ftz(x); });
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
@@ -65,19 +50,13 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
     const float pv = live ? detail::ex2_ftz(sv[i] - m_use[h]) : 0.f;
     psum[h] += pv;
     const float pp = live ? pv * skv[e] : 0.f;
-    amq[h][(i >> 2) & 3] = fmaxf(amq[h][(i >> 2) & 3], pp);
+    amax[h] = fmaxf(amax[h], pp);
     sv[i] = pp;
   }
-  float amax[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    amax[h] = fmaxf(fmaxf(amq[h][0], amq[h][1]), fmaxf(amq[h][2], amq[h][3]));
     amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
+    amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
     const float sg = quant::fp8_block_scale(amax[h], sig[h]);
     inv[h] = 1.f / sg;
     gamma[h] = alpha[h] * (sig[h] * inv[h]);
