@@ -2,9 +2,10 @@
 // A diagnostic, compiled in only with -DMLA_TIMELINE (CMake: -DMLA_TIMELINE=ON): lane 0 of every
 // warp of one CTA (grid block (0, 0)) records the SM clock at named points of its kernel, so a
 // tile's time can be split between the hand-offs of its warpgroups (docs/gpu-notes.md, session
-// 17). Each event is one 8-byte store: (clock64 << 8) | id, into a ring of kEvents slots a warp. Without MLA_TIMELINE the macros are
-// empty and nothing is compiled in. Host side: kernels/decode_launch.hpp (v6_timeline,
-// fp8::rows64_timeline); tools/mla-bench/timeline.py reads and summarises the events.
+// 17). Each event is one 8-byte store, (clock64 << 8) | id, into a ring of kEvents slots a warp.
+// Without MLA_TIMELINE the macros are empty and nothing is compiled in. Host side:
+// kernels/decode_launch.hpp (v6_timeline, fp8::rows64_timeline); tools/mla-bench/timeline.py reads
+// and summarises the events.
 #include <cstdint>
 #ifdef MLA_TIMELINE
 #include <string>
