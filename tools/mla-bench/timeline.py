@@ -19,6 +19,17 @@ calls), then per warpgroup the median cycles between consecutive events over the
   (stage released), 4 softmax, 5 P buffer free, 6 P handed over; warpgroup 1 (P.V over half of
   d_c): 10 tile start, 11 the tile landed, 12 V^T fragments of k-step 0, 13 P8 of the tile,
   14 O rescaled, 15 k-step 0's P.V done, 16 V^T fragments of k-step 1, 17 k-step 1's P.V done.
+--kernel flashmla (FlashMLA's sm90 dense decode, the peer: a FlashMLA built from a source tree that
+  tools/mla-bench/flashmla_timeline_patch.py edited, first on PYTHONPATH; --lib defaults to its
+  flash_mla.cuda extension): its "tile" is a pair of 64-token blocks (block 0 on warpgroup 0,
+  block 1 on warpgroup 1, O's columns split between them). Warpgroup 0: 0 pair start (S of block 0
+  done), 1 softmax of block 0 (factors out), 2 P0 V0L issued (P from registers), 3 P0 V0L done,
+  4 block 1's factors, 5 P0 rescaled and stored, 6 warpgroup 1 issued P0 V0R, 7 P1 V1L issued (P
+  from shared memory), 8 P1 V1L done, 9 next S of block 0 issued; warpgroup 1: 10 pair start (S of
+  block 1 done), 11 block 0's factors, 12 softmax of block 1, 13 P1 stored and P1 V1R issued, 14 P0
+  visible, 15 P0 V0R issued, 16 P1 V1R done, 17 P0 V0R done, 18 next S of block 1 issued. Its
+  events keep the last 51 pairs (fixed slots a pair); a per-pair period is two of v6's tiles.
+  tools/mla-bench/flashmla_timeline.sh builds it and runs this on a GPU machine.
 
     python3 tools/mla-bench/timeline.py --kernel v6 --lib build-tl/tools/mla-bench/libmla_decode_capi.so \
         --heads 128 --s-q 1 --seqlen 8192 [--json out.json]
@@ -45,16 +56,21 @@ NAMES = {
                    5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "tile landed",
                    12: "V^T fragments, k-step 0", 13: "P8 of the tile", 14: "O rescaled", 15: "k-step 0 P.V done",
                    16: "V^T fragments, k-step 1", 17: "k-step 1 P.V done"},
+    "flashmla": {0: "pair start (S0 done)", 1: "softmax 0, factors out", 2: "P0 V0L issued (RS)", 3: "P0 V0L done",
+                 4: "block 1's factors", 5: "P0 rescaled, stored", 6: "wg1 issued P0 V0R", 7: "P1 V1L issued (SS)",
+                 8: "P1 V1L done", 9: "next S0 issued", 10: "pair start (S1 done)", 11: "block 0's factors",
+                 12: "softmax 1, factors out", 13: "P1 stored, P1 V1R issued (RS)", 14: "P0 visible",
+                 15: "P0 V0R issued (SS)", 16: "P1 V1R done", 17: "P0 V0R done", 18: "next S1 issued"},
 }
 # The C API function that reads each kernel's events.
-READER = {"v6": "mla_decode_capi_timeline", "fp8-rows64": "mla_fp8_capi_timeline"}
+READER = {"v6": "mla_decode_capi_timeline", "fp8-rows64": "mla_fp8_capi_timeline", "flashmla": "mla_fm_timeline"}
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", choices=sorted(READER), default="v6")
-    ap.add_argument("--lib", required=True,
-                    help="libmla_decode_capi.so (v6) or libmla_fp8_capi.so (fp8-rows64) built with -DMLA_TIMELINE=ON")
+    ap.add_argument("--lib", help="libmla_decode_capi.so (v6) or libmla_fp8_capi.so (fp8-rows64) built with "
+                    "-DMLA_TIMELINE=ON; for flashmla the patched flash_mla.cuda extension (default: the imported one)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--heads", type=int, default=128)
     ap.add_argument("--s-q", type=int, default=1)
@@ -102,23 +118,42 @@ def summary(events, start_id, names):
 
 def main():
     args = parse_args()
-    lib = ctypes.CDLL(args.lib)
-    reader = getattr(lib, READER[args.kernel])
-    reader.restype = ctypes.c_int
-    reader.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-    err = ctypes.create_string_buffer(1024)
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def timeline(host):
-        if reader(host, ctypes.c_void_p(stream), err, 1024) != 0:
-            sys.exit(f"timeline: {err.value.decode()}")
-
     case = Case(args.batch, args.heads, args.s_q, 512, 64, args.seqlen, 64, seed=0)
-    if args.kernel == "v6":
-        run, parts = Ours(args.lib).prepare(case, 0)
+    if args.kernel == "flashmla":
+        import flash_mla.cuda
+        from peer_flashmla import flashmla_runner
+        lib = ctypes.CDLL(args.lib or flash_mla.cuda.__file__)  # the loaded extension: the same buffer
+        if not hasattr(lib, READER["flashmla"]):
+            sys.exit(f"timeline: {lib._name} has no {READER['flashmla']}: not a FlashMLA built from a tree that "
+                     "tools/mla-bench/flashmla_timeline_patch.py edited (tools/mla-bench/flashmla_timeline.sh builds one)")
+        fm_reader = getattr(lib, READER["flashmla"])
+        fm_reader.restype, fm_reader.argtypes = ctypes.c_int, [ctypes.c_void_p]
+
+        def timeline(host):
+            torch.cuda.synchronize()
+            if fm_reader(host) != 0:
+                sys.exit("timeline: reading FlashMLA's events failed (cudaMemcpyFromSymbol / cudaMemset)")
+
+        run, parts = flashmla_runner(case), "FlashMLA's"
     else:
-        from peer_fp8 import Ours as Fp8Ours  # the FP8 cache written by our append kernel from case's values
-        run, parts = Fp8Ours(args.lib).prepare(case)
+        if not args.lib:
+            sys.exit(f"timeline: --lib is needed for --kernel {args.kernel}")
+        lib = ctypes.CDLL(args.lib)
+        reader = getattr(lib, READER[args.kernel])
+        reader.restype = ctypes.c_int
+        reader.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        err = ctypes.create_string_buffer(1024)
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def timeline(host):
+            if reader(host, ctypes.c_void_p(stream), err, 1024) != 0:
+                sys.exit(f"timeline: {err.value.decode()}")
+
+        if args.kernel == "v6":
+            run, parts = Ours(args.lib).prepare(case, 0)
+        else:
+            from peer_fp8 import Ours as Fp8Ours  # the FP8 cache written by our append kernel from case's values
+            run, parts = Fp8Ours(args.lib).prepare(case)
     run()
     run()
     timeline(None)
@@ -130,7 +165,7 @@ def main():
     if not per_warp[0] or not per_warp[4]:
         sys.exit(f"timeline: no events recorded for {case.name}: the call did not run the {args.kernel} kernel "
                  "(v6: > 16 query rows outside the TPLA-slice path; fp8-rows64: > 32 query rows outside the "
-                 "TPLA-slice path; see docs/kernels.md)")
+                 "TPLA-slice path; see docs/kernels.md; flashmla: a FlashMLA without the events)")
     names = NAMES[args.kernel]
     report = {"device": torch.cuda.get_device_name(), "kernel": args.kernel, "shape": case.name, "parts": parts,
               "warpgroup0": summary(per_warp[0], 0, names), "warpgroup1": summary(per_warp[4], 10, names)}
