@@ -8,7 +8,7 @@ nvcc=$1 root=$2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/mla-guard-check.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
 compile() {
-  "$root/cmake/wgmma_guard.sh" "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+  bash "$root/cmake/wgmma_guard.sh" "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
     -I"$root" -I"$root/lib" "$@" -c "$root/tests/kernels/wgmma_guard/probe.cu" -o "$dir/probe.o"
 }
 if ! compile > "$dir/clean.log" 2>&1; then
