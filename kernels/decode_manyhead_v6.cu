@@ -315,9 +315,7 @@ void launch_manyhead_v6(const quant::Bf16DecodeParams& p, const Workspace& w, in
 
 #ifdef MLA_TIMELINE
 void v6_timeline(uint64_t* host, cudaStream_t stream) {
-  void* dev = nullptr;
-  cuda::check(cudaGetSymbolAddress(&dev, g_v6_timeline), "v6 timeline address", "mla decode");
-  timeline::transfer(dev, host, stream, "v6 timeline");
+  timeline::transfer(g_v6_timeline, host, stream, "v6 timeline");
 }
 #endif
 

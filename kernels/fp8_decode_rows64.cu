@@ -307,9 +307,7 @@ void launch_rows64(const quant::Fp8DecodeParams& p, const detail::Workspace& w, 
 
 #ifdef MLA_TIMELINE
 void rows64_timeline(uint64_t* host, cudaStream_t stream) {
-  void* dev = nullptr;
-  cuda::check(cudaGetSymbolAddress(&dev, g_rows64_timeline), "fp8 64-row timeline address", "mla decode");
-  timeline::transfer(dev, host, stream, "fp8 64-row timeline");
+  timeline::transfer(g_rows64_timeline, host, stream, "fp8 64-row timeline");
 }
 #endif
 

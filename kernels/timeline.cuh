@@ -20,10 +20,13 @@ namespace mla::kernels::timeline {
 constexpr int kWarps = 16, kEvents = 1024;
 
 #ifdef MLA_TIMELINE
-// Host side, for a kernel file's reader (the buffer's address comes from cudaGetSymbolAddress in the
-// file that defines it): host == nullptr clears the kWarps x kEvents words at dev, else copies them
-// to host; waits for the stream either way.
-inline void transfer(void* dev, uint64_t* host, cudaStream_t stream, const std::string& what) {
+// Host side, a kernel file's reader: host == nullptr clears the kWarps x kEvents words of that
+// file's event buffer `symbol`, else copies them to host; waits for the stream either way. A
+// template, so that the symbol's address is taken in the file that defines it (no -rdc).
+template <class Symbol>
+void transfer(const Symbol& symbol, uint64_t* host, cudaStream_t stream, const std::string& what) {
+  void* dev = nullptr;
+  cuda::check(cudaGetSymbolAddress(&dev, symbol), what + " address", "mla decode");
   const size_t bytes = sizeof(uint64_t) * kWarps * kEvents;
   if (host == nullptr) cuda::check(cudaMemsetAsync(dev, 0, bytes, stream), what + " clear", "mla decode");
   else cuda::check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), what + " read", "mla decode");
