@@ -57,28 +57,29 @@ extern "C" __attribute__((visibility("default"))) int mla_fm_timeline(void* host
 }
 """
 
-# (function, anchor statement, event id, before/after). Each anchor is looked up inside its
-# function's text (the two subroutines share statements); "nth" picks among repeats there.
+# (function, anchor, event id, before/after): the first occurrence of the anchor inside that
+# function's text (the two subroutines share statements); "after" inserts behind the statement
+# on the anchor's line, "before" a line above it.
 EVENTS = [
-    ("wg0", "// Calc P0 = softmax(P0)", 0, "before", 0),                 # pair start: S of block 0 done
-    ("wg0", "NamedBarriers::sScale0Ready);", 1, "after", 0),              # softmax of block 0, factors out
-    ("wg0", "warpgroup_cooperative_pv_gemm_localP<T>(", 2, "after", 0),   # P0 V0L issued (P from registers)
-    ("wg0", "cute::warpgroup_wait<0>();", 3, "after", 0),                 # P0 V0L done
-    ("wg0", "NamedBarriers::sScale1Ready);", 4, "after", 0),              # block 1's factors (from wg1)
-    ("wg0", "NamedBarriers::sP0Ready);", 5, "after", 0),                  # P0 rescaled and stored
-    ("wg0", "NamedBarriers::rO1sP0sV0RIssued);", 6, "after", 0),          # wg1 issued its P0 V0R
-    ("wg0", "warpgroup_cooperative_pv_gemm_remoteP<T>(", 7, "after", 0),  # P1 V1L issued (P from smem)
-    ("wg0", "cute::warpgroup_wait<4>();", 8, "after", 0),                 # P1 V1L done
-    ("wg0", "// Wait for P0 = Q @ K0^T", 9, "before", 0),                 # next S of block 0 issued
-    ("wg1", "// Wait for rP1 and warpgroup 0", 10, "before", 0),          # pair start: S of block 1 done
-    ("wg1", "NamedBarriers::sScale0Ready);", 11, "after", 0),             # block 0's factors (from wg0)
-    ("wg1", "NamedBarriers::sScale1Ready);", 12, "after", 0),             # softmax of block 1, factors out
-    ("wg1", "warpgroup_cooperative_pv_gemm_localP<T>(", 13, "after", 0),  # P1 stored, P1 V1R issued
-    ("wg1", "NamedBarriers::sP0Ready);", 14, "after", 0),                 # P0 visible
-    ("wg1", "warpgroup_cooperative_pv_gemm_remoteP<T>(", 15, "after", 0), # P0 V0R issued
-    ("wg1", "cute::warpgroup_wait<1>();", 16, "after", 0),                # P1 V1R done
-    ("wg1", "cute::warpgroup_wait<0>();", 17, "after", 0),                # P0 V0R done
-    ("wg1", "// We put the `cute::warpgroup_wait<0>()` out", 18, "before", 0),  # next S of block 1 issued
+    ("wg0", "// Calc P0 = softmax(P0)", 0, "before"),                 # pair start: S of block 0 done
+    ("wg0", "NamedBarriers::sScale0Ready);", 1, "after"),              # softmax of block 0, factors out
+    ("wg0", "warpgroup_cooperative_pv_gemm_localP<T>(", 2, "after"),   # P0 V0L issued (P from registers)
+    ("wg0", "cute::warpgroup_wait<0>();", 3, "after"),                 # P0 V0L done
+    ("wg0", "NamedBarriers::sScale1Ready);", 4, "after"),              # block 1's factors (from wg1)
+    ("wg0", "NamedBarriers::sP0Ready);", 5, "after"),                  # P0 rescaled and stored
+    ("wg0", "NamedBarriers::rO1sP0sV0RIssued);", 6, "after"),          # wg1 issued its P0 V0R
+    ("wg0", "warpgroup_cooperative_pv_gemm_remoteP<T>(", 7, "after"),  # P1 V1L issued (P from smem)
+    ("wg0", "cute::warpgroup_wait<4>();", 8, "after"),                 # P1 V1L done
+    ("wg0", "// Wait for P0 = Q @ K0^T", 9, "before"),                 # next S of block 0 issued
+    ("wg1", "// Wait for rP1 and warpgroup 0", 10, "before"),          # pair start: S of block 1 done
+    ("wg1", "NamedBarriers::sScale0Ready);", 11, "after"),             # block 0's factors (from wg0)
+    ("wg1", "NamedBarriers::sScale1Ready);", 12, "after"),             # softmax of block 1, factors out
+    ("wg1", "warpgroup_cooperative_pv_gemm_localP<T>(", 13, "after"),  # P1 stored, P1 V1R issued
+    ("wg1", "NamedBarriers::sP0Ready);", 14, "after"),                 # P0 visible
+    ("wg1", "warpgroup_cooperative_pv_gemm_remoteP<T>(", 15, "after"), # P0 V0R issued
+    ("wg1", "cute::warpgroup_wait<1>();", 16, "after"),                # P1 V1R done
+    ("wg1", "cute::warpgroup_wait<0>();", 17, "after"),                # P0 V0R done
+    ("wg1", "// We put the `cute::warpgroup_wait<0>()` out", 18, "before"),  # next S of block 1 issued
 ]
 
 
@@ -92,9 +93,7 @@ def function_span(text, start_marker, end_marker):
 
 
 def statement_end(text, pos):
-    """Index just past the statement or comment line containing pos (its ';' or end of line)."""
-    if text.startswith("//", pos):
-        return text.index("\n", pos) + 1
+    """Index just past the statement starting on the line at pos (its ';' outside parentheses)."""
     depth = 0
     i = pos
     while i < len(text):
@@ -113,20 +112,16 @@ def insert_events(text):
     spans = {"wg0": function_span(text, "void wg0_subroutine(", "void wg1_subroutine("),
              "wg1": function_span(text, "void wg1_subroutine(", "// A helper function for determining")}
     inserts = []  # (position, code)
-    for fn, anchor, ev, where, nth in EVENTS:
+    for fn, anchor, ev, where in EVENTS:
         a, b = spans[fn]
-        pos, found = a, -1
-        for _ in range(nth + 1):
-            found = text.find(anchor, pos, b)
-            if found < 0:
-                raise SystemExit(f"flashmla_timeline_patch: {HEADER}: '{anchor}' not found in {fn}_subroutine")
-            pos = found + 1
+        found = text.find(anchor, a, b)
+        if found < 0:
+            raise SystemExit(f"flashmla_timeline_patch: {HEADER}: '{anchor}' not found in {fn}_subroutine")
+        line_start = text.rfind("\n", 0, found) + 1
         if where == "before":
-            line_start = text.rfind("\n", 0, found) + 1
             inserts.append((line_start, f"    MLA_FM_TL({ev});\n"))
         else:
-            end = statement_end(text, text.rfind("\n", 0, found) + 1 if anchor.startswith("Named") else found)
-            inserts.append((end, f" MLA_FM_TL({ev});"))
+            inserts.append((statement_end(text, line_start), f" MLA_FM_TL({ev});"))
     for pos, code in sorted(inserts, reverse=True):
         text = text[:pos] + code + text[pos:]
     return text
