@@ -80,8 +80,8 @@ def parse_args():
 
 
 def events_of(words):
-    """[(clock, id)] of one warp's slots in recording order (0 = an empty slot): the slots are a ring
-    holding the warp's last events (kernels/timeline.cuh), so they are ordered by clock."""
+    """[(clock, id)] of one warp's filled slots (0 = empty) in clock order: the slots are a ring of
+    the warp's last events (kernels/timeline.cuh; FlashMLA's: fixed slots a block pair)."""
     return sorted((w >> 8, w & 0xFF) for w in words if w != 0)
 
 
