@@ -3,7 +3,9 @@
 // warp of one CTA (grid block (0, 0)) records the SM clock at named points of its kernel, so a
 // tile's time can be split between the hand-offs of its warpgroups (docs/gpu-notes.md, session
 // 17). Each event is one 8-byte store, (clock64 << 8) | id, into a ring of kEvents slots a warp.
-// Without MLA_TIMELINE the macros are empty and nothing is compiled in. Host side:
+// An event placed right after a bar.sync records when the warp reached the barrier (the clock read
+// issues before the barrier's wait resolves; session 19). Without MLA_TIMELINE the macros are empty
+// and nothing is compiled in. Host side:
 // kernels/decode_launch.hpp (v6_timeline, fp8::rows64_timeline); tools/mla-bench/timeline.py reads
 // and summarises the events.
 #include <cstdint>

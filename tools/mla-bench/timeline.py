@@ -8,6 +8,12 @@ records (clock64 << 8) | event id at named points of the kernel, keeping its las
 calls), then per warpgroup the median cycles between consecutive events over the recorded tiles
 (the first two and the last left out) and the median tile period.
 
+Reading the figures: an event recorded right after a named-barrier sync (`bar.sync`) is the time the
+warp *reached* the barrier, not when the barrier completed: the SM clock read is issued before the
+barrier's wait resolves, and the wait shows up in the next step instead (session 19 found v6's
+warpgroup 1 "past" barrier 6 ~1,560 cycles before warpgroup 0 arrived there). The period and steps
+bounded by wgmma waits or mbarrier waits are not affected.
+
 --kernel v6 (the BF16 many-head kernel, decode_manyhead_v6.cu; libmla_decode_capi.so):
   warpgroup 0 (S, softmax, its half of O): 0 tile start, 1 its previous P.V done, 2 the tile landed,
   3 S done, 4 row max (factors published), 5 O rescaled and the exponentials, 6 its P.V issued,
