@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Prepared for the next device session (not run: session 19's device time was spent). The seesaw probe
-# (FlashMLA's order on our scheduler: not twin-exact, exact only where B's factors are 1) with the page
-# ids of the next pairs held 32 tiles at a time in the lanes of each loader warp, loaded 16 pairs ahead
-# and taken by shuffles, so the loader thread never waits on the page table (calls 2-8 of session 19:
-# ~1,000 cycles a pair on each warpgroup). Against v6 and FlashMLA in one process, the decode GPU tests,
+# (FlashMLA's order on our scheduler: not twin-exact, exact only where B's factors are 1) with the cache
+# rows of the next pairs held 32 tiles at a time in the lanes of each loader warp (page ids loaded 16
+# pairs ahead, rows formed once a chunk) and taken by shuffles, so the loader thread no longer loads,
+# divides or reads kernel parameters a pair (calls 2-8 of session 19: ~1,000 cycles a pair on each
+# warpgroup). Against v6 and FlashMLA in one process, the decode GPU tests,
 # then the probe's timeline (with every CTA's span) at 128 rows 32K, then energy per call
 # at the power cap (v6 and the probe, each beside FlashMLA). ~6-7 device minutes.
 # Usage (repo root, nvidia-h200, carry .peer .carry):
