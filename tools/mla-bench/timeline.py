@@ -6,7 +6,8 @@ macros of kernels/timeline.cuh are empty otherwise): lane 0 of each warp of grid
 records (clock64 << 8) | event id at named points of the kernel, keeping its last 1,024 events
 (about 110 tiles: the end of the CTA's run). One decode call of the shape (after two warm-up
 calls), then per warpgroup the median cycles between consecutive events over the recorded tiles
-(the first two and the last left out) and the median tile period.
+(the first two and the last left out) and the median tile period; then, per warpgroup, every event
+at which one of its warps runs more than 100 cycles behind the others (each warp's median lag).
 
 Reading the figures: an event recorded right after a named-barrier sync (`bar.sync`) is the time the
 warp *reached* the barrier, not when the barrier completed: the SM clock read is issued before the
@@ -122,6 +123,26 @@ def summary(events, start_id, names):
             "period_cycles": statistics.median(periods) if periods else None, "gaps": rows}
 
 
+def warp_lags(per_warp, warps):
+    """Per event id: each warp's median lag (cycles) behind the earliest of `warps` at the same occurrence.
+
+    The warps of one warpgroup record the same events in the same order, so the k-th occurrence of an id
+    is the same point of the same tile in each (their rings end at the same event). A warp that lags at
+    one event and not at the next is the one its warpgroup waited for in between (a wgmma issues when
+    all four warps of its warpgroup reach it): session 19 found the seesaw probe's loader warps this way.
+    """
+    lags = {}
+    ids = sorted({e for w in warps for _, e in per_warp[w]})
+    for e in ids:
+        times = [[c for c, x in per_warp[w] if x == e] for w in warps]
+        n = min(len(t) for t in times)
+        if n == 0:
+            continue
+        lags[e] = [statistics.median(times[k][i] - min(t[i] for t in times) for i in range(n))
+                   for k in range(len(warps))]
+    return lags
+
+
 def main():
     args = parse_args()
     case = Case(args.batch, args.heads, args.s_q, 512, 64, args.seqlen, 64, seed=0)
@@ -176,11 +197,19 @@ def main():
     report = {"device": torch.cuda.get_device_name(), "kernel": args.kernel, "shape": case.name, "parts": parts,
               "warpgroup0": summary(per_warp[0], 0, names), "warpgroup1": summary(per_warp[4], 10, names)}
     print(f"device {report['device']}, {args.kernel}, {case.name}, {parts} parts; CTA (0, 0), warps 0 and 4")
-    for wg in ("warpgroup0", "warpgroup1"):
+    for wg, first in (("warpgroup0", 0), ("warpgroup1", 4)):
         s = report[wg]
         print(f"{wg}: {s['tiles_used']} of {s['tiles_recorded']} tiles, median period {s['period_cycles']} cycles")
         for r in s["gaps"]:
             print(f"  {r['from']:>2} -> {r['to']:>2}  {r['median_cycles']:>8.0f}  {r['what']}")
+        warps = [w for w in range(first, first + 4) if per_warp[w]]
+        if len(warps) > 1:
+            lags = warp_lags(per_warp, warps)
+            report[wg]["warp_lags"] = {str(e): v for e, v in lags.items()}
+            late = {e: v for e, v in lags.items() if max(v) > 100}
+            for e, v in late.items():
+                print(f"  event {e:>2} ({names.get(e, e)}): warps {warps[0]}-{warps[-1]} behind the first by "
+                      + " / ".join(f"{x:.0f}" for x in v) + " cycles")
     if args.json:
         report["events"] = {str(w): per_warp[w] for w in range(WARPS) if per_warp[w]}
         tmp = args.json + ".tmp"  # renamed once complete: a stopped run leaves no half-written report
