@@ -45,6 +45,8 @@ def parse_args():
     ap.add_argument("--only", help="run just this shape (any suite's name, e.g. h128_sq1_l8k), for profilers")
     ap.add_argument("--base-lib", help="a second build of ours (e.g. the commit before a change), timed in the "
                     "same interleaved run; prints its time, base / ours, and whether the outputs are bit-identical")
+    ap.add_argument("--base-variant", type=int, help="the base's kernel variant (default: --variant); with --base-lib "
+                    "the same library, an A/B of two variants in one process (e.g. --variant 8 --base-variant 0)")
     ap.add_argument("--no-ceilings", action="store_true", help="skip the copy / GEMM ceilings (profiler runs)")
     return ap.parse_args()
 
@@ -298,6 +300,7 @@ def main():
     print(f"ours: {'planned calls (schedule once per step, untimed)' if ours.planned else 'calls with their scheduler'}"
           + (f"; base: {'planned' if base.planned else 'with its scheduler'}" if base else ""), flush=True)
     results = {"device": props.name, "ceilings": ceil, "runs": args.runs, "variant": args.variant,
+               "base_variant": args.base_variant,
                "ours_planned": ours.planned, "base_planned": base.planned if base else None,
                "l2_resident": l2_resident_note(args.l2_resident), "shapes": {}}
     hdr = (f"{'shape':<26} {'ours us':>9} {'floor us':>9} {'ours % floor':>12} {'FlashMLA us':>11} "
@@ -340,7 +343,7 @@ def run_shape(idx, name, our_shape, peer_shape, ours, timer, ceil, args, peer_ok
             torch.cuda.synchronize()
             check = f"out rel_l2 {rel_l2(o1, o2):.1e}, lse max|d| {(l1 - l2.transpose(1, 2)).abs().max().item():.1e}"
     if base is not None:  # last in fns: the peer stays at index 1
-        run_base, _ = base.prepare(mine, args.variant)
+        run_base, _ = base.prepare(mine, args.variant if args.base_variant is None else args.base_variant)
         o1, l1 = run_ours()
         o1, l1 = o1.clone(), l1.clone()
         o2, l2 = run_base()
