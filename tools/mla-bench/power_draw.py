@@ -76,6 +76,7 @@ def main():
     ap.add_argument("--shape", default="128:1:32768", help="H:s_q:L (B = 128, d_c = 512), comma-separated")
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each kernel's phase")
     ap.add_argument("--rounds", type=int, default=2, help="A B phases per shape")
+    ap.add_argument("--variant", type=int, default=0, help="our kernel variant (Bf16DecodeParams::variant)")
     args = ap.parse_args()
     ours = Ours(args.lib)
     ceil = ceilings(Timer())  # the call's copy bandwidth and GEMM rate, as peer_flashmla.py prints them
@@ -91,7 +92,7 @@ def main():
         for i, spec in enumerate(args.shape.split(",")):
             H, sq, L = (int(x) for x in spec.split(":"))
             c = Case(128, H, sq, 512, 64, L, 64, seed=7000 + i)
-            run, _ = ours.prepare(c, 0)
+            run, _ = ours.prepare(c, args.variant)
             fns = {"ours": run, "FlashMLA": flashmla_runner(c)}
             for r in range(args.rounds):
                 for name, fn in fns.items():
