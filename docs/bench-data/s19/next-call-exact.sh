@@ -25,7 +25,7 @@ wait; tail -1 /tmp/peer.log; cat /tmp/tl.rc
 export PYTHONPATH=$PWD/.peer/flashmla:$PWD/.peer/flashmla/tests:$PWD/tools/mla-bench PYTHONUNBUFFERED=1
 L=/tmp/b/tools/mla-bench/libmla_decode_capi.so
 timeout 300 python3 tools/mla-bench/peer_flashmla.py --lib $L --base-lib $L --variant 8 --base-variant 0 --suite dc512 \
-  --json "$OUT/ab_dc512.json" 2>&1 | cut -c1-230
+  --json "$OUT/ab_dc512.json" 2>&1 | cut -c1-420
 timeout 60 python3 tools/mla-bench/timeline.py --kernel seesaw --lib /tmp/btl/tools/mla-bench/libmla_decode_capi.so \
   --heads 128 --s-q 1 --seqlen 32768 --json "$OUT/tl_seesaw.json" 2>&1 | tail -34
 for v in 0 8; do  # energy per call at the 700 W cap, each beside FlashMLA (session 19, call 4)
