@@ -79,6 +79,26 @@ void reduce(RankJob& j, const char* tag, std::vector<double>& v) {
   j.comm.all_reduce_sum(v.data(), v.size());
 }
 
+// This rank's share of one request's attention output: its latent output expanded and projected
+// by its o_proj slice, accumulated into a zero row (as the sequential path does before summing
+// ranks), written to dst[0, D).
+void rank_output_row(const model::MlaConfig& cfg_r, const model::AttentionWeights& w_r, const MatrixR& o_lat,
+                     int64_t D, double* dst) {
+  const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
+  Eigen::RowVectorXd y = Eigen::RowVectorXd::Zero(D);
+  y += o * w_r.o_proj.transpose();
+  std::copy(y.data(), y.data() + D, dst);
+}
+
+// Sums the ranks' rows of decode step t (B requests of D values) and, on rank 0, stores them as
+// row t - P of each request's output.
+void reduce_step_output(RankJob& j, std::vector<double>& partial, int64_t B, int64_t D, int64_t t) {
+  reduce(j, "o_proj", partial);
+  if (j.out)
+    for (int64_t b = 0; b < B; ++b)
+      (*j.out)[b].row(t - j.P) = Eigen::Map<const Eigen::RowVectorXd>(partial.data() + b * D, D);
+}
+
 void run_rank(RankJob& j) {
   select_device(j.device, j.gpu);
   std::unique_ptr<DecodeBackend> backend = rank_backend(j);
@@ -180,16 +200,9 @@ void run_rank(RankJob& j) {
     for (int64_t b = 0; b < B; ++b) {
       MatrixR o_lat(1, H_r * d_c);
       for (int64_t jj = 0; jj < H_r * d_c; ++jj) o_lat(0, jj) = bf16_to_float(o_bits[b * H_r * d_c + jj]);
-      const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
-      // Accumulated into a zero row, as the sequential path does before summing ranks.
-      Eigen::RowVectorXd y = Eigen::RowVectorXd::Zero(D);
-      y += o * w_r.o_proj.transpose();
-      std::copy(y.data(), y.data() + D, partial.data() + b * D);
+      rank_output_row(cfg_r, w_r, o_lat, D, partial.data() + b * D);
     }
-    reduce(j, "o_proj", partial);
-    if (j.out)
-      for (int64_t b = 0; b < B; ++b)
-        (*j.out)[b].row(t - P) = Eigen::Map<const Eigen::RowVectorXd>(partial.data() + b * D, D);
+    reduce_step_output(j, partial, B, D, t);
   }
 }
 
@@ -288,15 +301,9 @@ void run_rank_dcp(RankJob& j) {
         const double w = std::isinf(lse[i]) ? 0.0 : std::exp(double(lse[i]) - m) / sum;
         for (int64_t jj = 0; jj < d_c; ++jj) o_lat(0, hh * d_c + jj) = w * bf16_to_float(o_bits[i * d_c + jj]);
       }
-      const MatrixR o = model::expand_latent_output(cfg_r, w_r, o_lat);
-      Eigen::RowVectorXd y = Eigen::RowVectorXd::Zero(D);
-      y += o * w_r.o_proj.transpose();
-      std::copy(y.data(), y.data() + D, partial.data() + b * D);
+      rank_output_row(cfg_r, w_r, o_lat, D, partial.data() + b * D);
     }
-    reduce(j, "o_proj", partial);
-    if (j.out)
-      for (int64_t b = 0; b < B; ++b)
-        (*j.out)[b].row(t - P) = Eigen::Map<const Eigen::RowVectorXd>(partial.data() + b * D, D);
+    reduce_step_output(j, partial, B, D, t);
   }
 }
 
