@@ -91,6 +91,23 @@ MatrixR absorbed_core_rows(const MlaConfig& cfg, const AttentionWeights& w, cons
   return expand_latent_output(cfg, w, o_lat);
 }
 
+// The absorbed paths' trace: the queries, the new tokens' latent (c before and x after the
+// RMSNorm, k_pe) and absorbed_core_rows' outputs (moved in).
+AttentionTrace absorbed_trace(const QueryParts& q, MatrixR&& c, const LatentCache& fresh, MatrixR&& q_lat,
+                              MatrixR&& o_lat, MatrixR&& lse, MatrixR&& o) {
+  AttentionTrace tr;
+  tr.q_nope = q.q_nope;
+  tr.q_pe = q.q_pe;
+  tr.c = std::move(c);
+  tr.x = fresh.x;
+  tr.k_pe = fresh.k_pe;
+  tr.q_lat = std::move(q_lat);
+  tr.o_lat = std::move(o_lat);
+  tr.lse = std::move(lse);
+  tr.o = std::move(o);
+  return tr;
+}
+
 }  // namespace
 
 void AttentionWeights::validate(const MlaConfig& cfg) const {
@@ -280,18 +297,8 @@ MatrixR attention_absorbed(const MlaConfig& cfg, const AttentionWeights& w, cons
   MatrixR q_lat, o_lat, lse;
   MatrixR o = absorbed_core_rows(cfg, w, q, lat, key_limit, q_lat, o_lat, lse);
   MatrixR out = o * w.o_proj.transpose();
-  if (trace) {
-    *trace = AttentionTrace{};
-    trace->q_nope = q.q_nope;
-    trace->q_pe = q.q_pe;
-    trace->c = std::move(c);
-    trace->x = lat.x;
-    trace->k_pe = lat.k_pe;
-    trace->q_lat = std::move(q_lat);
-    trace->o_lat = std::move(o_lat);
-    trace->lse = std::move(lse);
-    trace->o = std::move(o);
-  }
+  if (trace)
+    *trace = absorbed_trace(q, std::move(c), lat, std::move(q_lat), std::move(o_lat), std::move(lse), std::move(o));
   return out;
 }
 
@@ -346,18 +353,8 @@ MatrixR decode_step(const MlaConfig& cfg, const AttentionWeights& w, LatentCache
   const std::vector<int64_t> key_limit{cache.length()};  // the whole cache, itself included
   MatrixR o = absorbed_core_rows(cfg, w, q, cache, key_limit, q_lat, o_lat, lse);
   MatrixR out = o * w.o_proj.transpose();
-  if (trace) {
-    *trace = AttentionTrace{};
-    trace->q_nope = q.q_nope;
-    trace->q_pe = q.q_pe;
-    trace->c = std::move(c);
-    trace->x = fresh.x;
-    trace->k_pe = fresh.k_pe;
-    trace->q_lat = std::move(q_lat);
-    trace->o_lat = std::move(o_lat);
-    trace->lse = std::move(lse);
-    trace->o = std::move(o);
-  }
+  if (trace)
+    *trace = absorbed_trace(q, std::move(c), fresh, std::move(q_lat), std::move(o_lat), std::move(lse), std::move(o));
   return out;
 }
 
