@@ -169,6 +169,16 @@ SharedPrefixReport verify_shared_prefix(const VerifyOptions& o, int64_t N) {
     throw InputError("--shared-prefix = " + std::to_string(N) + " must be in [1, --prefill = " +
                      std::to_string(o.prefill) + "] (the shared prefix is part of the prompt)");
   if (o.sequences < 1) throw InputError("--sequences must be >= 1");
+  // What the mixed path does not run: refused rather than ignored, so a report never claims a
+  // cache format, device split or end-to-end figure it did not measure.
+  if (o.kv != "bf16")
+    throw InputError("--shared-prefix decodes a bf16 cache (the prefix kernels read BF16 pages); got --kv " + o.kv);
+  if (o.devices > 0 || o.dcp)
+    throw InputError("--shared-prefix runs on one device; --devices " + std::to_string(o.devices) +
+                     (o.dcp ? " --dcp" : "") + " is not supported with it");
+  if (o.perplexity) throw InputError("--shared-prefix reports per-layer errors only; run --perplexity without it");
+  if (!o.pd_separation)
+    throw InputError("--shared-prefix prefills the prompt exactly; --no-pd-separation is not supported with it");
   if (o.page_size != 64 && o.page_size != 128)
     throw InputError("--page-size must be 64 or 128, got " + std::to_string(o.page_size));
   if (o.device != "cpu" && o.device != "cuda") throw InputError("--device must be cpu or cuda, got '" + o.device + "'");

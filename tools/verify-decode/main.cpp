@@ -115,7 +115,9 @@ int main(int argc, char** argv) {
   app.add_option("--shared-prefix", shared_prefix,
                  "N: make the first N tokens of every sequence identical and decode through the mixed (TyphoonMLA) "
                  "path: naive attention over the decompressed shared prefix + absorbed kernel over each sequence's "
-                 "own pages + LSE merge; errors vs the float64 original as above (tp = 1 conversions; N <= --prefill)");
+                 "own pages + LSE merge; errors vs the float64 original as above (tp = 1 conversions; N <= --prefill; "
+                 "the bf16 cache on one device: not with --kv other than bf16, --devices, --dcp, --perplexity, "
+                 "--no-pd-separation or --no-kernel)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (!layers.empty()) {
