@@ -33,3 +33,9 @@ if(NOT lo LESS_EQUAL hi OR agree GREATER 1)
   message(FATAL_ERROR "e2e.json: interval [${lo}, ${hi}], top-1 agreement ${agree}")
 endif()
 run(1 ${V} --converted ${WORK}/tp2 --perplexity --max-loss-increase abc)
+# Options that qualify another are refused without it (they would otherwise be ignored).
+foreach(opt "--fp4-c;0.2" "--fp4-rule;rceil" "--no-protect" "--comm;threads" "--perplexity-windows;2"
+            "--perplexity-path;kernel" "--confidence;0.9" "--threads;2" "--max-loss-increase;0.1")
+  run(1 ${V} --converted ${WORK}/tp1 ${opt})
+endforeach()
+run(1 ${V} --converted ${WORK}/tp1 --kv fp8 --fp4-c 0.2)

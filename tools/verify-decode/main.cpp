@@ -132,6 +132,18 @@ int main(int argc, char** argv) {
       }
     }
     if (!max_loss.empty()) o.max_loss_increase = mla::verify::LossThreshold::parse(max_loss);
+    // Options that qualify another one: refused without it, as --calib and --kv4-route are, so
+    // that no setting is silently ignored.
+    const auto given = [&](const char* name) { return app.count(name) > 0; };
+    for (const char* opt : {"--fp4-rule", "--fp4-c"})
+      if (given(opt) && o.kv != "fp4")
+        throw mla::InputError(std::string(opt) + " is read with --kv fp4 only (got --kv " + o.kv + ")");
+    if (given("--no-protect") && o.kv != "fp4" && o.kv != "codebook")
+      throw mla::InputError("--no-protect is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
+    if (given("--comm") && o.devices < 1) throw mla::InputError("--comm is read with --devices N only");
+    for (const char* opt : {"--perplexity-windows", "--perplexity-text", "--perplexity-path", "--threads",
+                            "--confidence", "--max-loss-increase"})
+      if (given(opt) && !o.perplexity) throw mla::InputError(std::string(opt) + " is read with --perplexity only");
     o.kernel = !no_kernel;
     if (fp4_c > 0.f) o.fp4_c = fp4_c;
     if (no_kernel && shared_prefix > 0) throw mla::InputError("--no-kernel cannot be combined with --shared-prefix");
