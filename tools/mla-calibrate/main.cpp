@@ -77,17 +77,34 @@ int main(int argc, char** argv) {
   app.add_option("--protect-last", o.calib.protect_last, "last n layers kept BF16 (1)");
   app.add_option("--protect-worst", o.calib.protect_worst_fraction, "fraction of worst FP4-MSE layers kept BF16 (0.1)");
   app.add_option("--make-synthetic-capture", o.synth_out, "write a synthetic capture for --config/--model and exit");
-  app.add_option("--synthetic-sequences", o.synth_sequences, "");
-  app.add_option("--synthetic-seq-len", o.synth_seq_len, "");
-  app.add_option("--synthetic-layers", o.synth_layers, "");
-  app.add_flag("--synthetic-hidden", o.synth_hidden, "synthetic capture holds h instead of latent");
-  app.add_option("--capture-dtype", o.synth_dtype, "element type of the synthetic capture: f32 (default) or bf16")
+  app.add_option("--synthetic-sequences", o.synth_sequences, "--make-synthetic-capture: sequences (4)");
+  app.add_option("--synthetic-seq-len", o.synth_seq_len, "--make-synthetic-capture: tokens per sequence (64)");
+  app.add_option("--synthetic-layers", o.synth_layers, "--make-synthetic-capture: layers (1)");
+  app.add_flag("--synthetic-hidden", o.synth_hidden, "--make-synthetic-capture: the capture holds h instead of latent");
+  app.add_option("--capture-dtype", o.synth_dtype, "--make-synthetic-capture: element type, f32 (default) or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--synthetic-channel-decay", o.synth_decay,
-                 "latent channel i gets standard deviation r^i (default 1: isotropic; PCA of isotropic data is "
-                 "ill-conditioned, a decaying spectrum is closer to real latents)");
+                 "--make-synthetic-capture: latent channel i gets standard deviation r^i (default 1: isotropic; "
+                 "PCA of isotropic data is ill-conditioned, a decaying spectrum is closer to real latents)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&]() {
+    // Options of the other mode are refused, so that no setting is silently ignored:
+    // --make-synthetic-capture writes the capture and exits before calibrating.
+    const auto given = [&](const char* name) { return app.count(name) > 0; };
+    if (!o.synth_out.empty()) {
+      for (const char* opt : {"--activations", "--tp", "--layers", "--output", "--report", "--hadamard-seed",
+                              "--holdout", "--allow-few-tokens", "--reservoir-rows", "--pair-sequences", "--queries",
+                              "--threads", "--moment", "--exact-moment", "--io", "--prefetch", "--mu-per-head",
+                              "--protect-first", "--protect-last", "--protect-worst", "--json"})
+        if (given(opt))
+          throw mla::InputError(std::string(opt) + " is read when calibrating only, not with --make-synthetic-capture");
+    } else {
+      for (const char* opt : {"--synthetic-sequences", "--synthetic-seq-len", "--synthetic-layers",
+                              "--synthetic-hidden", "--capture-dtype", "--synthetic-channel-decay"})
+        if (given(opt)) throw mla::InputError(std::string(opt) + " is read with --make-synthetic-capture only");
+    }
+    if (o.exact_moment && given("--moment") && o.moment != "f64")
+      throw mla::InputError("--exact-moment is --moment f64; it cannot be given with --moment " + o.moment);
     if (o.model.empty() == o.config.empty())
       throw mla::InputError("give exactly one of --model CHECKPOINT or --config config.json");
     std::optional<mla::io::Checkpoint> ckpt;

@@ -3,7 +3,9 @@
 #include <iostream>
 
 #include "common/cli_common.hpp"
+#include "core/error.hpp"
 #include "transform/convert.hpp"
+#include "transform/kv4_params.hpp"
 
 int main(int argc, char** argv) {
   using namespace mla::transform;
@@ -41,15 +43,30 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--absorb", o.absorb, "Also write per-head W_UK [H, d_n, d_c/g] and W_UV [H, d_v, d_c/g] (BF16)");
   app.add_flag("--dry-run", o.dry_run, "Print the per-rank plan and KV bytes per token per device; write nothing");
-  app.add_flag("--list-tensors", list, "With --dry-run: list every output tensor of every rank");
+  app.add_flag("--list-tensors", list, "List every output tensor of every rank in the plan (with --dry-run, or "
+               "after the conversion without -q)");
   app.add_option("--threads", o.threads, "Worker threads (output bytes do not depend on it)")->check(CLI::Range(1, 256));
-  auto* seed_opt = app.add_option("--seed", seed, "Seed of the Hadamard random +-1 diagonal (none: plain Sylvester)");
+  auto* seed_opt = app.add_option("--seed", seed,
+                                  "Seed of the Hadamard random +-1 diagonal (none: plain Sylvester); with --reparam "
+                                  "hadamard|hadamard-block or --kv fp4|codebook (--kv-rotation hadamard)");
   app.add_option("--max-shard-bytes", o.max_shard_bytes, "Largest output shard (tensor bytes)");
   app.add_flag("--profile", profile,
                "Print where the time went: per phase (read, dequantise, float64 math, cast/quantise, write, "
                "SHA-256, fsync) thread-seconds, bytes and one core's rate (also under \"profile\" in --json)");
 
   return mla::cli::run_tool(app, common, argc, argv, [&] {
+    // Options that qualify another one: refused without it, so that no setting is silently ignored.
+    const auto given = [&](const char* name) { return app.count(name) > 0; };
+    const bool kv4 = is_kv4_format(o.kv_cache);
+    if (given("--kv-rotation") && !kv4)
+      throw mla::InputError("--kv-rotation is read with --kv fp4 or codebook only (got --kv " + o.kv_cache + ")");
+    const bool hadamard = reparam == "hadamard" || reparam == "hadamard-block" || (kv4 && o.kv_rotation == "hadamard");
+    if (given("--seed") && !hadamard)
+      throw mla::InputError("--seed is read with --reparam hadamard|hadamard-block or --kv fp4|codebook with "
+                            "--kv-rotation hadamard only (got --reparam " + reparam + ", --kv " + o.kv_cache +
+                            (kv4 ? ", --kv-rotation " + o.kv_rotation : std::string()) + ")");
+    if (list && common.quiet && !o.dry_run)
+      throw mla::InputError("--list-tensors is read with --dry-run, or without -q (-q prints no plan)");
     o.input = input;
     o.output = output;
     o.reparam = parse_reparam(reparam);

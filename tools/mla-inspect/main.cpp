@@ -47,9 +47,22 @@ int main(int argc, char** argv) {
                "Also print the attention fingerprint (SHA-256 over config + every layer's kv_a/kv_b/norm bytes)");
   app.add_flag("--scan", opts.scan,
                "Also read every byte and reject non-finite values and non-positive FP8 scales (cost: one pass over the files)");
-  app.add_option("--threads", opts.threads, "Threads for --scan (0: all cores)");
+  app.add_option("--threads", opts.threads, "Threads for --scan (0: all cores; with --scan only)");
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
+    // Options that qualify another one: refused without it, so that no setting is silently ignored.
+    const auto given = [&](const char* name) { return app.count(name) > 0; };
+    if (opts.prefix > 0) {
+      for (const char* opt : {"--scan", "--fingerprint", "--threads"})
+        if (given(opt))
+          throw mla::InputError(std::string(opt) + " is read without --prefix only (--prefix: the cost model alone)");
+      if (given("--shape") && ckpt_opt->count())
+        throw mla::InputError("--shape is read with --prefix without a checkpoint only (a checkpoint gives the dims)");
+    } else {
+      for (const char* opt : {"--batch", "--own", "--sq", "--shape", "--gemm-tflops", "--bandwidth-gbs"})
+        if (given(opt)) throw mla::InputError(std::string(opt) + " is read with --prefix only");
+      if (given("--threads") && !opts.scan) throw mla::InputError("--threads is read with --scan only");
+    }
     if (opts.prefix > 0) {
       mla::model::PrefixShape shape =
           opts.shape == "deepseek-v3" ? mla::model::deepseek_v3_shape() : mla::model::kimi_k2_shape();
