@@ -64,6 +64,30 @@ int main(int argc, char** argv) {
   kv_opt->excludes(tp_opt)->excludes(prefix_opt);
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
+    // Each mode reads its own options; one given where its mode does not run is refused rather than
+    // ignored (a timing that silently used other shapes than asked for would mislead).
+    const auto given = [&](const char* name) { return app.count(name) > 0; };
+    const bool tp_mode = given("--tp");
+    if (prefix && tp_mode) throw mla::InputError("--prefix and --tp are two modes; give one");
+    for (const char* opt : {"--mode", "--seqlens", "--norm", "--kv-budget-gib", "--tp-one-gpu"})
+      if (given(opt) && !tp_mode) throw mla::InputError(std::string(opt) + " is read with --tp only");
+    for (const char* opt : {"--prefix-heads", "--prefix-len", "--prefix-batches", "--crossover-batches", "--suffix"})
+      if (given(opt) && !prefix) throw mla::InputError(std::string(opt) + " is read with --prefix only");
+    if (prefix || tp_mode) {
+      // --prefix takes --sq, --page and --runs; --tp takes --batch, --page and --runs (DeepSeek-V3's shapes).
+      const char* mode = prefix ? "--prefix" : "--tp";
+      for (const char* opt : {"--heads", "--dc", "--dr", "--seqlen", "--variant", "--varied", "--sequential-pages",
+                              "--torch-baseline", "--python"})
+        if (given(opt)) throw mla::InputError(std::string(opt) + " is not read with " + mode + " (its shapes are " +
+                                              (prefix ? "--prefix-heads / --prefix-len / --prefix-batches" : "DeepSeek-V3's at --seqlens") + ")");
+      if (given("--no-ceilings"))
+        throw mla::InputError(std::string("--no-ceilings is not read with ") + mode + " (it always measures the ceilings its figures are fractions of)");
+      if (prefix && given("--batch")) throw mla::InputError("--batch is not read with --prefix (use --prefix-batches)");
+      if (tp_mode && given("--sq")) throw mla::InputError("--sq is not read with --tp (its step decodes one token)");
+    }
+    if (given("--python") && !o.torch_baseline) throw mla::InputError("--python is read with --torch-baseline only");
+    if (kv != "bf16" && given("--variant"))
+      throw mla::InputError("--variant is read with --kv bf16 only (--kv " + kv + " times every route the shape has)");
     if (prefix) {
       po.s_q = o.s_q;
       po.page = o.page;
