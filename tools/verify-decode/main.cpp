@@ -138,8 +138,13 @@ int main(int argc, char** argv) {
     for (const char* opt : {"--fp4-rule", "--fp4-c"})
       if (given(opt) && o.kv != "fp4")
         throw mla::InputError(std::string(opt) + " is read with --kv fp4 only (got --kv " + o.kv + ")");
-    if (given("--no-protect") && o.kv != "fp4" && o.kv != "codebook")
-      throw mla::InputError("--no-protect is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
+    const bool kv4 = o.kv == "fp4" || o.kv == "codebook";
+    for (const char* opt : {"--no-protect", "--calib"})
+      if (given(opt) && !kv4)
+        throw mla::InputError(std::string(opt) + " is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
+    if (given("--kv4-route") && !kv4)  // (fp8 with codebook: refused by the backend, naming the route)
+      throw mla::InputError("--kv4-route " + o.kv4_route + " is read with --kv fp4" +
+                            (o.kv4_route == "fp8" ? "" : " or codebook") + " only (got --kv " + o.kv + ")");
     if (given("--comm") && o.devices < 1) throw mla::InputError("--comm is read with --devices N only");
     for (const char* opt : {"--perplexity-windows", "--perplexity-text", "--perplexity-path", "--threads",
                             "--confidence", "--max-loss-increase"})
