@@ -173,6 +173,9 @@ SharedPrefixReport verify_shared_prefix(const VerifyOptions& o, int64_t N) {
   // cache format, device split or end-to-end figure it did not measure.
   if (o.kv != "bf16")
     throw InputError("--shared-prefix decodes a bf16 cache (the prefix kernels read BF16 pages); got --kv " + o.kv);
+  if (!o.calib.empty() || o.kv4_route != "bf16")
+    throw InputError("--shared-prefix decodes a bf16 cache: --calib and --kv4-route are read with --kv fp4 or "
+                     "codebook only");
   if (o.devices > 0 || o.dcp)
     throw InputError("--shared-prefix runs on one device; --devices " + std::to_string(o.devices) +
                      (o.dcp ? " --dcp" : "") + " is not supported with it");

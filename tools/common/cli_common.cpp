@@ -62,6 +62,13 @@ int run_tool(CLI::App& app, CommonOptions& opts, int argc, char** argv, const st
   }
 }
 
+void require_with(const CLI::App& app, bool ok, std::initializer_list<const char*> opts, const std::string& with,
+                  const std::string& note) {
+  if (ok) return;
+  for (const char* opt : opts)
+    if (app.count(opt) > 0) throw InputError(std::string(opt) + " is read with " + with + " only" + note);
+}
+
 void write_json_output(const std::string& path, const std::string& text) {
   if (path.empty()) return;
   if (path == "-") {

@@ -21,6 +21,11 @@ void apply_logging(const CommonOptions& opts);
 // Parses argv, applies logging, runs body; maps exceptions to exit codes.
 int run_tool(CLI::App& app, CommonOptions& opts, int argc, char** argv,
              const std::function<int()>& body);
+// An option that only qualifies another one (or works in one mode) is refused where it would be
+// silently ignored: unless `ok`, the first of `opts` given on `app` throws mla::InputError
+// "OPT is read with WITH only" + note.
+void require_with(const CLI::App& app, bool ok, std::initializer_list<const char*> opts, const std::string& with,
+                  const std::string& note = "");
 // Writes a JSON text to opts.json_path ("-" = stdout) atomically (temp file + rename).
 void write_json_output(const std::string& path, const std::string& text);
 

@@ -69,10 +69,10 @@ int main(int argc, char** argv) {
     const auto given = [&](const char* name) { return app.count(name) > 0; };
     const bool tp_mode = given("--tp");
     if (prefix && tp_mode) throw mla::InputError("--prefix and --tp are two modes; give one");
-    for (const char* opt : {"--mode", "--seqlens", "--norm", "--kv-budget-gib", "--tp-one-gpu"})
-      if (given(opt) && !tp_mode) throw mla::InputError(std::string(opt) + " is read with --tp only");
-    for (const char* opt : {"--prefix-heads", "--prefix-len", "--prefix-batches", "--crossover-batches", "--suffix"})
-      if (given(opt) && !prefix) throw mla::InputError(std::string(opt) + " is read with --prefix only");
+    mla::cli::require_with(app, tp_mode, {"--mode", "--seqlens", "--norm", "--kv-budget-gib", "--tp-one-gpu"}, "--tp");
+    mla::cli::require_with(app, prefix,
+                           {"--prefix-heads", "--prefix-len", "--prefix-batches", "--crossover-batches", "--suffix"},
+                           "--prefix");
     if (prefix || tp_mode) {
       // --prefix takes --sq, --page and --runs; --tp takes --batch, --page and --runs (DeepSeek-V3's shapes).
       const char* mode = prefix ? "--prefix" : "--tp";
@@ -85,9 +85,9 @@ int main(int argc, char** argv) {
       if (prefix && given("--batch")) throw mla::InputError("--batch is not read with --prefix (use --prefix-batches)");
       if (tp_mode && given("--sq")) throw mla::InputError("--sq is not read with --tp (its step decodes one token)");
     }
-    if (given("--python") && !o.torch_baseline) throw mla::InputError("--python is read with --torch-baseline only");
-    if (kv != "bf16" && given("--variant"))
-      throw mla::InputError("--variant is read with --kv bf16 only (--kv " + kv + " times every route the shape has)");
+    mla::cli::require_with(app, o.torch_baseline, {"--python"}, "--torch-baseline");
+    mla::cli::require_with(app, kv == "bf16", {"--variant"}, "--kv bf16",
+                           " (--kv " + kv + " times every route the shape has)");
     if (prefix) {
       po.s_q = o.s_q;
       po.page = o.page;

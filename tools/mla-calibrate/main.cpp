@@ -98,11 +98,11 @@ int main(int argc, char** argv) {
                               "--protect-first", "--protect-last", "--protect-worst", "--json"})
         if (given(opt))
           throw mla::InputError(std::string(opt) + " is read when calibrating only, not with --make-synthetic-capture");
-    } else {
-      for (const char* opt : {"--synthetic-sequences", "--synthetic-seq-len", "--synthetic-layers",
-                              "--synthetic-hidden", "--capture-dtype", "--synthetic-channel-decay"})
-        if (given(opt)) throw mla::InputError(std::string(opt) + " is read with --make-synthetic-capture only");
     }
+    mla::cli::require_with(app, !o.synth_out.empty(),
+                           {"--synthetic-sequences", "--synthetic-seq-len", "--synthetic-layers", "--synthetic-hidden",
+                            "--capture-dtype", "--synthetic-channel-decay"},
+                           "--make-synthetic-capture");
     if (o.exact_moment && given("--moment") && o.moment != "f64")
       throw mla::InputError("--exact-moment is --moment f64; it cannot be given with --moment " + o.moment);
     if (o.model.empty() == o.config.empty())

@@ -56,15 +56,13 @@ int main(int argc, char** argv) {
 
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     // Options that qualify another one: refused without it, so that no setting is silently ignored.
-    const auto given = [&](const char* name) { return app.count(name) > 0; };
     const bool kv4 = is_kv4_format(o.kv_cache);
-    if (given("--kv-rotation") && !kv4)
-      throw mla::InputError("--kv-rotation is read with --kv fp4 or codebook only (got --kv " + o.kv_cache + ")");
+    mla::cli::require_with(app, kv4, {"--kv-rotation"}, "--kv fp4 or codebook", " (got --kv " + o.kv_cache + ")");
     const bool hadamard = reparam == "hadamard" || reparam == "hadamard-block" || (kv4 && o.kv_rotation == "hadamard");
-    if (given("--seed") && !hadamard)
-      throw mla::InputError("--seed is read with --reparam hadamard|hadamard-block or --kv fp4|codebook with "
-                            "--kv-rotation hadamard only (got --reparam " + reparam + ", --kv " + o.kv_cache +
-                            (kv4 ? ", --kv-rotation " + o.kv_rotation : std::string()) + ")");
+    mla::cli::require_with(app, hadamard, {"--seed"},
+                           "--reparam hadamard|hadamard-block or --kv fp4|codebook with --kv-rotation hadamard",
+                           " (got --reparam " + reparam + ", --kv " + o.kv_cache +
+                               (kv4 ? ", --kv-rotation " + o.kv_rotation : std::string()) + ")");
     if (list && common.quiet && !o.dry_run)
       throw mla::InputError("--list-tensors is read with --dry-run, or without -q (-q prints no plan)");
     o.input = input;

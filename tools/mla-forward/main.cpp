@@ -137,16 +137,14 @@ int main(int argc, char** argv) {
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     if (ppl->parsed()) return run_perplexity(p, common);
     // Options that qualify another one: refused without it, so that no setting is silently ignored.
-    const auto given = [&](const char* name) { return cap->count(name) > 0; };
     for (const auto& [name, n] : {std::pair{"--calib-seqs", c.calib_seqs}, std::pair{"--eval-seqs", c.eval_seqs},
                                   std::pair{"--ref-seqs", c.ref_seqs}})
       if (n < 0) throw mla::InputError(std::string(name) + " must be >= 0 (got " + std::to_string(n) + ")");
-    if (given("--calib") && c.calib_seqs == 0) throw mla::InputError("--calib is read with --calib-seqs N only");
-    if (given("--eval") && c.eval_seqs == 0 && c.ref_seqs == 0)
-      throw mla::InputError("--eval is read with --eval-seqs N or --ref-seqs N only");
-    if (given("--seq-len") && c.calib_seqs == 0 && c.eval_seqs == 0)
-      throw mla::InputError("--seq-len is read with --calib-seqs N or --eval-seqs N only (--ref-len: /reference)");
-    if (given("--ref-len") && c.ref_seqs == 0) throw mla::InputError("--ref-len is read with --ref-seqs N only");
+    mla::cli::require_with(*cap, c.calib_seqs > 0, {"--calib"}, "--calib-seqs N");
+    mla::cli::require_with(*cap, c.eval_seqs > 0 || c.ref_seqs > 0, {"--eval"}, "--eval-seqs N or --ref-seqs N");
+    mla::cli::require_with(*cap, c.calib_seqs > 0 || c.eval_seqs > 0, {"--seq-len"}, "--calib-seqs N or --eval-seqs N",
+                           " (--ref-len: /reference)");
+    mla::cli::require_with(*cap, c.ref_seqs > 0, {"--ref-len"}, "--ref-seqs N");
     return run_capture(c, common);
   });
 }

@@ -51,17 +51,16 @@ int main(int argc, char** argv) {
   mla::cli::add_common_options(app, common);
   return mla::cli::run_tool(app, common, argc, argv, [&] {
     // Options that qualify another one: refused without it, so that no setting is silently ignored.
-    const auto given = [&](const char* name) { return app.count(name) > 0; };
+    mla::cli::require_with(app, opts.prefix > 0,
+                           {"--batch", "--own", "--sq", "--shape", "--gemm-tflops", "--bandwidth-gbs"}, "--prefix");
     if (opts.prefix > 0) {
       for (const char* opt : {"--scan", "--fingerprint", "--threads"})
-        if (given(opt))
+        if (app.count(opt) > 0)
           throw mla::InputError(std::string(opt) + " is read without --prefix only (--prefix: the cost model alone)");
-      if (given("--shape") && ckpt_opt->count())
-        throw mla::InputError("--shape is read with --prefix without a checkpoint only (a checkpoint gives the dims)");
+      mla::cli::require_with(app, ckpt_opt->count() == 0, {"--shape"}, "--prefix without a checkpoint",
+                             " (a checkpoint gives the dims)");
     } else {
-      for (const char* opt : {"--batch", "--own", "--sq", "--shape", "--gemm-tflops", "--bandwidth-gbs"})
-        if (given(opt)) throw mla::InputError(std::string(opt) + " is read with --prefix only");
-      if (given("--threads") && !opts.scan) throw mla::InputError("--threads is read with --scan only");
+      mla::cli::require_with(app, opts.scan, {"--threads"}, "--scan");
     }
     if (opts.prefix > 0) {
       mla::model::PrefixShape shape =

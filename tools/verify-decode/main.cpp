@@ -132,23 +132,19 @@ int main(int argc, char** argv) {
       }
     }
     if (!max_loss.empty()) o.max_loss_increase = mla::verify::LossThreshold::parse(max_loss);
-    // Options that qualify another one: refused without it, as --calib and --kv4-route are, so
-    // that no setting is silently ignored.
-    const auto given = [&](const char* name) { return app.count(name) > 0; };
-    for (const char* opt : {"--fp4-rule", "--fp4-c"})
-      if (given(opt) && o.kv != "fp4")
-        throw mla::InputError(std::string(opt) + " is read with --kv fp4 only (got --kv " + o.kv + ")");
-    const bool kv4 = o.kv == "fp4" || o.kv == "codebook";
-    for (const char* opt : {"--no-protect", "--calib"})
-      if (given(opt) && !kv4)
-        throw mla::InputError(std::string(opt) + " is read with --kv fp4 or codebook only (got --kv " + o.kv + ")");
-    if (given("--kv4-route") && !kv4)  // (fp8 with codebook: refused by the backend, naming the route)
+    // Options that qualify another one are refused without it, so that no setting is silently
+    // ignored (--calib: by the library, verify_decode and verify_shared_prefix).
+    const std::string got = " (got --kv " + o.kv + ")";
+    mla::cli::require_with(app, o.kv == "fp4", {"--fp4-rule", "--fp4-c"}, "--kv fp4", got);
+    mla::cli::require_with(app, o.kv == "fp4" || o.kv == "codebook", {"--no-protect"}, "--kv fp4 or codebook", got);
+    if (app.count("--kv4-route") > 0 && o.kv != "fp4" && o.kv != "codebook")  // given as the default bf16 too
       throw mla::InputError("--kv4-route " + o.kv4_route + " is read with --kv fp4" +
-                            (o.kv4_route == "fp8" ? "" : " or codebook") + " only (got --kv " + o.kv + ")");
-    if (given("--comm") && o.devices < 1) throw mla::InputError("--comm is read with --devices N only");
-    for (const char* opt : {"--perplexity-windows", "--perplexity-text", "--perplexity-path", "--threads",
-                            "--confidence", "--max-loss-increase"})
-      if (given(opt) && !o.perplexity) throw mla::InputError(std::string(opt) + " is read with --perplexity only");
+                            (o.kv4_route == "fp8" ? "" : " or codebook") + " only" + got);
+    mla::cli::require_with(app, o.devices > 0, {"--comm"}, "--devices N");
+    mla::cli::require_with(app, o.perplexity,
+                           {"--perplexity-windows", "--perplexity-text", "--perplexity-path", "--threads",
+                            "--confidence", "--max-loss-increase"},
+                           "--perplexity");
     o.kernel = !no_kernel;
     if (fp4_c > 0.f) o.fp4_c = fp4_c;
     if (no_kernel && shared_prefix > 0) throw mla::InputError("--no-kernel cannot be combined with --shared-prefix");
