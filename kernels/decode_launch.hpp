@@ -92,7 +92,9 @@ void launch_combine(const quant::Bf16DecodeParams& p, const Workspace& w, cudaSt
 
 #ifdef MLA_TIMELINE
 namespace mla::kernels::fp8 {
-// The same diagnostic for the FP8 64-row split kernel (kernels/fp8_decode_rows64.cu).
+// The same diagnostic for the FP8 64-row split kernel (kernels/fp8_decode_rows64.cu) and the
+// narrow (<= 32 rows) one (kernels/fp8_decode_narrow.cu; FP8 or FP4 pages).
 void rows64_timeline(uint64_t* host, cudaStream_t stream);
+void narrow_timeline(uint64_t* host, cudaStream_t stream);
 }  // namespace mla::kernels::fp8
 #endif

@@ -109,4 +109,17 @@ int mla_fp8_capi_timeline(void* host, void* stream, char* err, size_t err_len) {
   });
 }
 
+// The same for the narrow (<= 32 rows) FP8 split kernel.
+int mla_fp8_capi_narrow_timeline(void* host, void* stream, char* err, size_t err_len) {
+  return mla::capi::report_errors(err, err_len, [&] {
+#ifdef MLA_TIMELINE
+    mla::kernels::fp8::narrow_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
+#else
+    (void)host;
+    (void)stream;
+    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
+#endif
+  });
+}
+
 }  // extern "C"

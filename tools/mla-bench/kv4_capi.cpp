@@ -5,11 +5,13 @@
 // stable, add new entry points beside them. The C++ API is kernels/kv4_append.hpp and
 // kernels/kv4_decode.hpp. `format`: 0 = FP4, 1 = codebook (`levels`: its 16 fp32 levels, host).
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "capi_common.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/decode_launch.hpp"
 #include "kernels/fp8_decode.hpp"
 #include "kernels/kv4_append.hpp"
 #include "kernels/kv4_decode.hpp"
@@ -146,6 +148,22 @@ int mla_kv4_capi_to_bf16_twin(int format, const float* levels, const void* cache
     else
       mla::quant::codebook_cache_to_bf16(mla::quant::CodebookCacheLayout{page_size, d_c, d_r}, codebook_table(levels),
                                          pages, num_pages, out);
+  });
+}
+
+// The narrow FP8 split kernel's event timeline as run by the FP4 cache's FP8 route (route 1 at
+// <= 32 rows; kernels/timeline.cuh, a build with -DMLA_TIMELINE=ON only, else an error): host ==
+// nullptr clears it, else copies it out. This library's own copy of the kernel's event buffer,
+// hence a reader here beside mla_fp8_capi's. tools/mla-bench/timeline.py --kernel fp4-narrow reads it.
+int mla_kv4_capi_narrow_timeline(void* host, void* stream, char* err, size_t err_len) {
+  return mla::capi::report_errors(err, err_len, [&] {
+#ifdef MLA_TIMELINE
+    mla::kernels::fp8::narrow_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
+#else
+    (void)host;
+    (void)stream;
+    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
+#endif
   });
 }
 

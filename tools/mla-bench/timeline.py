@@ -26,6 +26,13 @@ bounded by wgmma waits or mbarrier waits are not affected.
   (stage released), 4 softmax, 5 P buffer free, 6 P handed over; warpgroup 1 (P.V over half of
   d_c): 10 tile start, 11 the tile landed, 12 V^T fragments of k-step 0, 13 P8 of the tile,
   14 O rescaled, 15 k-step 0's P.V done, 16 V^T fragments of k-step 1, 17 k-step 1's P.V done.
+--kernel fp8-narrow / fp4-narrow (the FP8 narrow kernel, <= 32 query rows, fp8_decode_narrow.cu, on FP8
+  pages from libmla_fp8_capi.so or on FP4 pages, the FP4 cache's FP8 route, from libmla_kv4_capi.so;
+  pass --heads 16 or 32): warpgroup 0 (S and the softmax): 0 tile start, 1 the stage landed, 2 S done,
+  3 S^T staged (barrier), 4 softmax, 5 P buffer free, 6 P handed over; warpgroup 1 (P.V over half of
+  d_c): 10 tile start, 11 FP4 pages: tile it + 2 converted, 12 the stage landed, 13 V^T fragments
+  (stage released), 14 P visible, 15 P.V done; fp4-narrow also warpgroup 3 (the copying thread's warp,
+  which converts every tile): 20 tile start, 21 raw copies issued, 22 tile converted.
 --kernel flashmla (FlashMLA's sm90 dense decode, the peer: a FlashMLA built from a source tree that
   tools/mla-bench/flashmla_timeline_patch.py edited, first on PYTHONPATH; --lib defaults to its
   flash_mla.cuda extension): its "tile" is a pair of 64-token blocks (block 0 on warpgroup 0,
@@ -68,15 +75,22 @@ NAMES = {
                  8: "P1 V1L done", 9: "next S0 issued", 10: "pair start (S1 done)", 11: "block 0's factors",
                  12: "softmax 1, factors out", 13: "P1 stored, P1 V1R issued (RS)", 14: "P0 visible",
                  15: "P0 V0R issued (SS)", 16: "P1 V1R done", 17: "P0 V0R done", 18: "next S1 issued"},
+    "fp8-narrow": {0: "tile start", 1: "stage landed", 2: "S done", 3: "S^T staged (bar)", 4: "softmax",
+                   5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "FP4: tile it + 2 converted",
+                   12: "stage landed", 13: "V^T fragments", 14: "P visible", 15: "P.V done",
+                   20: "tile start", 21: "raw copies issued", 22: "tile converted"},
 }
+NAMES["fp4-narrow"] = NAMES["fp8-narrow"]
 # The C API function that reads each kernel's events.
-READER = {"v6": "mla_decode_capi_timeline", "fp8-rows64": "mla_fp8_capi_timeline", "flashmla": "mla_fm_timeline"}
+READER = {"v6": "mla_decode_capi_timeline", "fp8-rows64": "mla_fp8_capi_timeline", "flashmla": "mla_fm_timeline",
+          "fp8-narrow": "mla_fp8_capi_narrow_timeline", "fp4-narrow": "mla_kv4_capi_narrow_timeline"}
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", choices=sorted(READER), default="v6")
-    ap.add_argument("--lib", help="libmla_decode_capi.so (v6) or libmla_fp8_capi.so (fp8-rows64) built with "
+    ap.add_argument("--lib", help="libmla_decode_capi.so (v6), libmla_fp8_capi.so (fp8-rows64, fp8-narrow) or "
+                    "libmla_kv4_capi.so (fp4-narrow) built with "
                     "-DMLA_TIMELINE=ON; for flashmla the patched flash_mla.cuda extension (default: the imported one)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--heads", type=int, default=128)
@@ -178,6 +192,10 @@ def main():
 
         if args.kernel == "v6":
             run, parts = Ours(args.lib).prepare(case, 0)
+        elif args.kernel == "fp4-narrow":  # FP4 pages of case's shape, decoded by the FP8 route (route 1)
+            from peer_kv4 import Ours as Kv4Ours, pack_pages
+            pages, _, levels = pack_pages(case, "fp4", torch.Generator(device="cuda").manual_seed(5000))
+            run, parts = Kv4Ours(args.lib).prepare(case, "fp4", pages, levels, route=1)
         else:
             from peer_fp8 import Ours as Fp8Ours  # the FP8 cache written by our append kernel from case's values
             run, parts = Fp8Ours(args.lib).prepare(case)
@@ -192,12 +210,17 @@ def main():
     if not per_warp[0] or not per_warp[4]:
         sys.exit(f"timeline: no events recorded for {case.name}: the call did not run the {args.kernel} kernel "
                  "(v6: > 16 query rows outside the TPLA-slice path; fp8-rows64: > 32 query rows outside the "
-                 "TPLA-slice path; see docs/kernels.md; flashmla: a FlashMLA without the events)")
+                 "TPLA-slice path; fp8-narrow / fp4-narrow: <= 32 query rows (--heads 16); see docs/kernels.md; flashmla: a FlashMLA without the events)")
     names = NAMES[args.kernel]
     report = {"device": torch.cuda.get_device_name(), "kernel": args.kernel, "shape": case.name, "parts": parts,
               "warpgroup0": summary(per_warp[0], 0, names), "warpgroup1": summary(per_warp[4], 10, names)}
-    print(f"device {report['device']}, {args.kernel}, {case.name}, {parts} parts; CTA (0, 0), warps 0 and 4")
-    for wg, first in (("warpgroup0", 0), ("warpgroup1", 4)):
+    groups = [("warpgroup0", 0), ("warpgroup1", 4)]
+    if args.kernel == "fp4-narrow" and per_warp[12]:  # the copying and converting warpgroup
+        report["warpgroup3"] = summary(per_warp[12], 20, names)
+        groups.append(("warpgroup3", 12))
+    print(f"device {report['device']}, {args.kernel}, {case.name}, {parts} parts; CTA (0, 0), warps "
+          + ", ".join(str(w) for _, w in groups))
+    for wg, first in groups:
         s = report[wg]
         print(f"{wg}: {s['tiles_used']} of {s['tiles_recorded']} tiles, median period {s['period_cycles']} cycles")
         for r in s["gaps"]:
