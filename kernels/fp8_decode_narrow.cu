@@ -31,9 +31,14 @@
 #include "kernels/fp4_to_fp8.cuh"
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_wgmma.cuh"
+#include "kernels/timeline.cuh"
 #include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels::fp8 {
+#ifdef MLA_TIMELINE
+// kernels/timeline.cuh's events of this kernel (ids in tools/mla-bench/timeline.py, fp8-narrow).
+__device__ uint64_t g_narrow_timeline[timeline::kWarps * timeline::kEvents];
+#endif
 namespace {
 
 constexpr int kNThreads = 512;
@@ -108,6 +113,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
   const uint32_t sRaw = (sValid + 4 * S + 127u) & ~127u;
   const uint32_t rbar = sRaw + C::kR * C::kRawStage, rValid = rbar + 16 * C::kR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  MLA_TL_INIT(g_narrow_timeline);
   // Every consumer warp releases a stage; the producer's expect_tx or each converting warp fills it.
   init_stage_ring(bar0, S, 12, FP4 ? kConvWarps : 1);
   if constexpr (FP4) init_stage_ring(rbar, C::kR, kConvWarps);  // the copying thread fills, the converters release
@@ -133,9 +139,12 @@ __global__ void __launch_bounds__(kNThreads, 1)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
       Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
       for (int i = 0; i < fp4_tiles; ++i) {
+        MLA_TL(20);
         if (threadIdx.x == 384) prod.until(i + C::kR);
         __syncwarp();  // reconverge the copying warp, or it converts the tile twice (31 lanes, then 1)
+        MLA_TL(21);
         convert_tile(i);
+        MLA_TL(22);
       }
     } else {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
@@ -191,7 +200,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
       auto issue_s = [&](int i2, float (&acc)[N / 2]) {
         const int stage = i2 % S;
         const uint32_t st = sSt + stage * C::kStage;
+        MLA_TL(0);
         detail::mbar_wait(bar0 + 8 * stage, (i2 / S) & 1);
+        MLA_TL(1);
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) {
           acc[i] = 0.f;
@@ -220,6 +231,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         const float* ss = sS + (it & 1) * N * C::kSRow;
         detail::named_bar_sync(kBarStage, 128);
+        MLA_TL(3);
         float x[TPT], skv[TPT];
         const float* skp = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
 #pragma unroll
@@ -284,7 +296,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
         }
         const int pb = it & 1;
         const uint32_t pa = sP + pb * C::kP + n * 128 + (((tok0 >> 4) ^ (n & 7)) << 4) + (tok0 & 15);
+        MLA_TL(4);
         detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
+        MLA_TL(5);
         if constexpr (TPT == 8) {
           asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(pa), "r"(pw[0]), "r"(pw[1]) : "memory");
         } else {
@@ -293,12 +307,14 @@ __global__ void __launch_bounds__(kNThreads, 1)
         if (q == 0) gam[pb * N + n] = gamma;
         detail::fence_proxy_async();
         detail::named_bar_arrive(kBarFull + pb, kConsumers);
+        MLA_TL(6);
       };
       // S of tile it (the one issued last, into acc) into staging buffer it & 1 as S^T
       // [n][token] (rows of kSRow floats: conflict-free stores); the buffer's readers of tile
       // it - 2 have passed tile it - 1's kBarStage.
       auto take = [&](float (&acc)[N / 2]) {
         gmma::wait<0>();
+        MLA_TL(2);
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) gmma::fence_operand(acc[i]);
         float* ss = sS + (it & 1) * N * C::kSRow;
@@ -361,25 +377,31 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) acc[mb][i] = 0.f;
       for (int ti = t; ti < stop; ++ti, ++it) {
+        MLA_TL(10);
         if constexpr (FP4)
           if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
+        MLA_TL(11);
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
+        MLA_TL(12);
         const int valid = static_cast<int>(lds32(sValid + 4 * stage));
         uint32_t fr[2][NB][4];
         vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 0, fr[0]);
         vt_fragments_ldsm<NB>(st, g0, wiw, lane, tq, valid, 1, fr[1]);
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
+        MLA_TL(13);
         const int pb = it & 1;
         detail::named_bar_sync(kBarFull + pb, kConsumers);
+        MLA_TL(14);
         pv_rescale<NB, N>(acc, gam + pb * N, tq);
         gmma::fence();
         pv_mma_ks<NB, N>(acc, fr[0], desc_sw(sP + pb * C::kP, 1024, 1));
         pv_mma_ks<NB, N>(acc, fr[1], desc_sw(sP + pb * C::kP + 32, 1024, 1));
         gmma::commit();
         gmma::wait<0>();
+        MLA_TL(15);
         pv_fence_acc<NB, N>(acc);
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
       }
@@ -439,6 +461,12 @@ void launch_dc(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const det
 }
 
 }  // namespace
+
+#ifdef MLA_TIMELINE
+void narrow_timeline(uint64_t* host, cudaStream_t stream) {
+  timeline::transfer(g_narrow_timeline, host, stream, "fp8 narrow timeline");
+}
+#endif
 
 void launch_narrow(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const detail::Workspace& w, int parts,
                    cudaStream_t stream, bool fp4_cache) {
