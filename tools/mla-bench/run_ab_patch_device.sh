@@ -6,10 +6,11 @@
 #  - peer_flashmla.py --base-lib for each BF16 suite in $SUITES: ours, the base and FlashMLA
 #    interleaved in one process (the base's outputs checked bit-identical or not);
 #  - with FP8_ONLY (comma-separated peer_fp8.py shape names): new and base FP8 builds alternated
-#    in separate processes, twice each.
+#    in separate processes, twice each;
+#  - with KV4_SUITES (peer_kv4.py suites, e.g. "fp4 fp4rows"): the same for the 4-bit caches.
 # Usage (GPU machine, repo root, .peer and .carry carried):
 #   OUT=dir PATCH=.carry/x.patch [SUITES=manyhead] [FP8_ONLY=B128_H128_sq1_L8k_dc256,...]
-#   [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
+#   [KV4_SUITES=fp4] [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
 # (SUITES=none: no peer timing, e.g. to build here and run one's own checks after.)
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
@@ -21,7 +22,7 @@ T0=$(date +%s)
 rm -rf /tmp/base-src && mkdir -p /tmp/base-src
 tar --exclude=./.peer --exclude=./.git --exclude='./build*' -cf - . | tar -C /tmp/base-src -xf -
 (cd /tmp/base-src && patch -s -R -p1 < "$OLDPWD/$PATCH") || { echo "patch -R $PATCH failed"; exit 1; }
-LIBS="mla_decode_capi"; [ -n "${FP8_ONLY:-}" ] && LIBS="$LIBS mla_fp8_capi"
+LIBS="mla_decode_capi"; [ -n "${FP8_ONLY:-}" ] && LIBS="$LIBS mla_fp8_capi"; [ -n "${KV4_SUITES:-}" ] && LIBS="$LIBS mla_kv4_capi"
 cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/cfg.log" 2>&1 || { tail "$OUT/cfg.log"; exit 1; }
 cmake -S /tmp/base-src -B /tmp/bb -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON > "$OUT/cfgb.log" 2>&1 ||
   { tail "$OUT/cfgb.log"; exit 1; }
@@ -50,4 +51,11 @@ if [ -n "${FP8_ONLY:-}" ]; then
     # (its device line carries the copy / GEMM ceilings measured in that process)
   done
 fi
+for s in ${KV4_SUITES:-}; do
+  for lib in /tmp/b /tmp/bb /tmp/b /tmp/bb; do
+    echo "=== 4-bit, suite $s: $([ $lib = /tmp/b ] && echo this tree || echo base)"
+    timeout 200 python3 tools/mla-bench/peer_kv4.py --lib $lib/tools/mla-bench/libmla_kv4_capi.so --suite "$s" --runs 9 2>&1 |
+      grep -E "^device|^fp4|^codebook"
+  done
+done
 echo "total $(( $(date +%s) - T0 )) s"
