@@ -46,16 +46,28 @@ struct ScaleRow {
   }
 };
 
+// prmt.b32 in its generic mode, which __byte_perm does not expose: bit 3 of a selector nibble
+// replicates the selected byte's most significant bit over the result byte (0x00 or 0xFF).
+__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 // Eight E2M1 codes (element i in nibble i: element 2j in the low nibble of byte j) -> eight E4M3
-// bytes (two words, element order). Magnitudes: with the sign bits cleared, nibble i is element
-// i's 3-bit index into (t0, t1), and a byte permute reads the four low nibbles of its selector
-// (bit 3 of each clear, so no sign replication): elements 0-3, then 4-7. Signs: bit 3 of nibble i
-// to bit 7 of its byte (even elements shifted up by 4, odd ones in place, then interleaved).
+// bytes (two words, element order), in nine instructions. Magnitudes: with the sign bits cleared,
+// nibble i is element i's 3-bit index into (t0, t1), and a byte permute reads the four low
+// nibbles of its selector, so two permutes give the magnitudes in element order. Signs: element
+// i's sign bit is bit 3 of nibble i, i.e. the most significant bit of byte i / 2 of x (odd i) or of
+// x << 4 (even i); a sign-replicating permute of (x << 4, x) spreads each onto its own byte, and
+// one LOP3 keeps bit 7 of it beside the magnitude (whose bit 7 is clear: every table byte <= 0x7C).
 __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_t t1) {
   const uint32_t m = x & 0x77777777u;
   const uint32_t lo = __byte_perm(t0, t1, m), hi = __byte_perm(t0, t1, m >> 16);
-  const uint32_t se = (x << 4) & 0x80808080u, so = x & 0x80808080u;  // signs of 0 2 4 6, of 1 3 5 7
-  return make_uint2(lo | __byte_perm(se, so, 0x5140), hi | __byte_perm(se, so, 0x7362));
+  const uint32_t y = x << 4;
+  // byte k of the result <- sign of element k (lo) / 4 + k (hi): y byte 0, x byte 0, y byte 1, x byte 1, ...
+  const uint32_t slo = prmt_sign(y, x, 0xD9C8u), shi = prmt_sign(y, x, 0xFBEAu);
+  return make_uint2(lo | (slo & 0x80808080u), hi | (shi & 0x80808080u));
 }
 
 // One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
