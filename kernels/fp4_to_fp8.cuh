@@ -90,16 +90,32 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   const uint32_t rope_sw = (((t * kRW) >> 7) & (kRW / 16 - 1)) << 4;
   // The token's scale row is plain (rows of 4-16 bytes: no swizzle), 4-byte aligned.
   const unsigned char* srow = raw + static_cast<uint32_t>(l4.scale_offset()) + t * kSR;
+  // One vector load (its 4-16 bytes are aligned to their size: 64-token sections, 128-byte
+  // aligned tile): a warp's 32 rows are then one contiguous run, where word loads hit each bank
+  // kGroups / 4 times.
   ScaleRow<kGroups> sr;
-#pragma unroll
-  for (int i = 0; i < kGroups / 4; ++i) sr.w[i] = *reinterpret_cast<const uint32_t*>(srow + 4 * i);
+  if constexpr (kGroups == 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(srow);
+    sr.w[0] = v.x, sr.w[1] = v.y, sr.w[2] = v.z, sr.w[3] = v.w;
+  } else if constexpr (kGroups == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(srow);
+    sr.w[0] = v.x, sr.w[1] = v.y;
+  } else {
+    sr.w[0] = *reinterpret_cast<const uint32_t*>(srow);
+  }
   const uint32_t bmax = sr.max_byte();
   const bool poison = bmax == quant::kFp4PoisonScale;
   const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
   const unsigned char* craw = raw + t * kCW;
   unsigned char* ldst = dst + t * 128;
-#pragma unroll 2
-  for (int c = h; c < kGroups; c += kShares) {
+  // Every group of the share in flight at once where a share has at most three (the narrow
+  // kernel's six shares); two at a time otherwise (the 64-row kernel's P.V warps hold 128
+  // accumulators beside the conversion).
+  constexpr int kTrips = (kGroups + kShares - 1) / kShares;
+#pragma unroll(kTrips <= 3 ? kTrips : 2)
+  for (int k = 0; k < kTrips; ++k) {
+    const int c = h + k * kShares;
+    if (c >= kGroups) continue;
     const uint32_t ci = 16 * static_cast<uint32_t>(c), li = 32 * static_cast<uint32_t>(c);
     uint4 codes = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
     uint32_t t0 = 0u, t1 = 0u;
