@@ -15,10 +15,6 @@
 
 namespace mla::kernels::fp8 {
 
-__device__ __forceinline__ void sts16(uint32_t addr, uint16_t v) {
-  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
-}
-
 // Where warpgroup 0 stores row r's factor gamma: each P.V thread (tq) reads the 16 rows of its
 // accumulator columns (8 j + 2 tq + e, c = 2 j + e) as 16 consecutive floats at 16 tq + c.
 __device__ __forceinline__ int gam_index(int r) { return ((r >> 1) & 3) * 16 + (r >> 3) * 2 + (r & 1); }
@@ -122,17 +118,20 @@ __device__ __forceinline__ void softmax_inputs(uint32_t st, uint32_t valid_addr,
 
 // P8^T [row][k] (128-byte rows and swizzle, 64 bytes used) of the thread's two rows at buffer
 // pbuf, tokens in p8t_k's order (the V^T fragments' k order): P / sigma rounded to E4M3
-// (saturating), two tokens per store.
+// (saturating). The thread's four tokens of a row in a 16-token half (8 n + 2 tq + e, n = 2 half
+// and 2 half + 1) are bytes 4 tq .. 4 tq + 3 of that half in p8t_k's order: one 32-bit store.
 __device__ __forceinline__ void store_p8t(const float (&sv)[32], const float (&inv)[2], uint32_t pbuf,
                                           const int (&lrow)[2], int tq) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int half = 0; half < 4; ++half)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = lrow[h], tok = p8t_k(8 * n + 2 * tq);  // the k order of vt_fragments_ldsm
-      const uint16_t v = __nv_cvt_float2_to_fp8x2(make_float2(sv[4 * n + 2 * h] * inv[h], sv[4 * n + 2 * h + 1] * inv[h]),
-                                                  __NV_SATFINITE, __NV_E4M3);
-      sts16(pbuf + r * 128 + (((tok >> 4) ^ (r & 7)) << 4) + (tok & 15), v);
+      const int r = lrow[h], n0 = 2 * half, n1 = 2 * half + 1;
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(sv[4 * n0 + 2 * h] * inv[h], sv[4 * n0 + 2 * h + 1] * inv[h]),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(sv[4 * n1 + 2 * h] * inv[h], sv[4 * n1 + 2 * h + 1] * inv[h]),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      sts32(pbuf + r * 128 + ((half ^ (r & 7)) << 4) + 4 * tq, lo | (hi << 16));
     }
 }
 
