@@ -34,6 +34,12 @@ int report_errors(char* err, size_t err_len, F&& f) {
   }
 }
 
+// A timeline reader's answer in a build without the events.
+inline int timeline_missing(char* err, size_t err_len) {
+  set_error(err, err_len, "this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
+  return 1;
+}
+
 // The shape, the page table, lengths, outputs, paging and scale of one decode call; the query and
 // cache pointers (their types differ by format) are the caller's.
 template <typename Params>
@@ -99,3 +105,14 @@ bool plan_or_mark(Params& p, int mode, cudaStream_t stream) {
 
 }  // namespace
 }  // namespace mla::capi
+
+// The body of a kernel's timeline reader (kernels/timeline.cuh), an extern "C" entry point with
+// (host, stream, err, err_len) in scope: host == nullptr clears the events, else copies the
+// timeline::kWarps x timeline::kEvents words out. READ is the kernel file's reader
+// (kernels/decode_launch.hpp), declared only in -DMLA_TIMELINE=ON builds; without it, an error.
+#ifdef MLA_TIMELINE
+#define MLA_CAPI_READ_TIMELINE(READ) \
+  ::mla::capi::report_errors(err, err_len, [&] { READ(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream)); })
+#else
+#define MLA_CAPI_READ_TIMELINE(READ) ((void)host, (void)stream, ::mla::capi::timeline_missing(err, err_len))
+#endif

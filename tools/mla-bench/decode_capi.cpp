@@ -4,7 +4,6 @@
 // Also the one ABI behind the Python package python/mla_toolchain (ctypes; docs/python.md): keep
 // these signatures stable, add new entry points beside them. The C++ API is kernels/mla_decode.hpp.
 #include <exception>
-#include <stdexcept>
 
 #include "capi_common.hpp"
 #include "kernels/mla_decode.hpp"
@@ -106,15 +105,7 @@ int mla_decode_capi_twin(const void* q, const void* kv_cache, const int32_t* pag
 // error): host == nullptr clears it, else copies timeline::kWarps x timeline::kEvents uint64 words
 // out ((SM clock << 8) | event id; 0 = no event). tools/mla-bench/timeline.py reads it.
 int mla_decode_capi_timeline(void* host, void* stream, char* err, size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-#ifdef MLA_TIMELINE
-    mla::kernels::detail::v6_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
-#else
-    (void)host;
-    (void)stream;
-    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
-#endif
-  });
+  return MLA_CAPI_READ_TIMELINE(mla::kernels::detail::v6_timeline);
 }
 
 }  // extern "C"

@@ -4,7 +4,6 @@
 // functions (python/mla_toolchain/kv_quant.py; docs/python.md): keep these signatures stable, add
 // new entry points beside them. The C++ API is kernels/fp8_append.hpp and kernels/fp8_decode.hpp.
 #include <exception>
-#include <stdexcept>
 #include <vector>
 
 #include "capi_common.hpp"
@@ -98,28 +97,12 @@ int mla_fp8_capi_twin(const void* q, const void* cache, const int32_t* page_tabl
 // -DMLA_TIMELINE=ON only, else an error): host == nullptr clears it, else copies
 // timeline::kWarps x timeline::kEvents uint64 words out. tools/mla-bench/timeline.py reads it.
 int mla_fp8_capi_timeline(void* host, void* stream, char* err, size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-#ifdef MLA_TIMELINE
-    mla::kernels::fp8::rows64_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
-#else
-    (void)host;
-    (void)stream;
-    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
-#endif
-  });
+  return MLA_CAPI_READ_TIMELINE(mla::kernels::fp8::rows64_timeline);
 }
 
 // The same for the narrow (<= 32 rows) FP8 split kernel.
 int mla_fp8_capi_narrow_timeline(void* host, void* stream, char* err, size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-#ifdef MLA_TIMELINE
-    mla::kernels::fp8::narrow_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
-#else
-    (void)host;
-    (void)stream;
-    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
-#endif
-  });
+  return MLA_CAPI_READ_TIMELINE(mla::kernels::fp8::narrow_timeline);
 }
 
 }  // extern "C"

@@ -5,7 +5,6 @@
 // stable, add new entry points beside them. The C++ API is kernels/kv4_append.hpp and
 // kernels/kv4_decode.hpp. `format`: 0 = FP4, 1 = codebook (`levels`: its 16 fp32 levels, host).
 #include <exception>
-#include <stdexcept>
 #include <string>
 
 #include "capi_common.hpp"
@@ -156,15 +155,7 @@ int mla_kv4_capi_to_bf16_twin(int format, const float* levels, const void* cache
 // nullptr clears it, else copies it out. This library's own copy of the kernel's event buffer,
 // hence a reader here beside mla_fp8_capi's. tools/mla-bench/timeline.py --kernel fp4-narrow reads it.
 int mla_kv4_capi_narrow_timeline(void* host, void* stream, char* err, size_t err_len) {
-  return mla::capi::report_errors(err, err_len, [&] {
-#ifdef MLA_TIMELINE
-    mla::kernels::fp8::narrow_timeline(static_cast<uint64_t*>(host), static_cast<cudaStream_t>(stream));
-#else
-    (void)host;
-    (void)stream;
-    throw std::runtime_error("this library was built without MLA_TIMELINE (cmake -DMLA_TIMELINE=ON)");
-#endif
-  });
+  return MLA_CAPI_READ_TIMELINE(mla::kernels::fp8::narrow_timeline);
 }
 
 // FP4 pages rewritten as FP8 pages with the same ids (quant::fp4_cache_to_fp8: the FP8 route's
