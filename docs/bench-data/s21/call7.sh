@@ -21,5 +21,4 @@ L=/tmp/bt/tools/mla-bench
 python3 tools/mla-bench/timeline.py --kernel fp4-narrow --lib $L/libmla_kv4_capi.so --heads 16 2>&1 | head -12
 python3 tools/mla-bench/timeline.py --kernel fp8-narrow --lib $L/libmla_fp8_capi.so --heads 16 2>&1 | head -4
 python3 tools/mla-bench/timeline.py --kernel v6 --lib $L/libmla_decode_capi.so --heads 128 2>&1 | head -4
-python3 tools/mla-bench/timeline.py --kernel fp8-narrow --lib /tmp/b/tools/mla-bench/libmla_fp8_capi.so --heads 16 2>&1 | tail -2
 echo "total $(( $(date +%s) - T0 )) s"
