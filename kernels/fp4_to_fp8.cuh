@@ -88,11 +88,10 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   const uint32_t t = static_cast<uint32_t>(T);
   const uint32_t code_sw = (((t * kCW) >> 7) & (kCW / 16 - 1)) << 4, lat_sw = (t & 7) << 4;
   const uint32_t rope_sw = (((t * kRW) >> 7) & (kRW / 16 - 1)) << 4;
-  // The token's scale row is plain (rows of 4-16 bytes: no swizzle), 4-byte aligned.
+  // The token's scale row is plain (rows of 4-16 bytes: no swizzle), aligned to its size (the
+  // section starts at 64 code rows of a 128-byte aligned tile). One vector load: a warp's 32 rows
+  // are then one contiguous run, where word loads hit each bank kGroups / 4 times.
   const unsigned char* srow = raw + static_cast<uint32_t>(l4.scale_offset()) + t * kSR;
-  // One vector load (its 4-16 bytes are aligned to their size: 64-token sections, 128-byte
-  // aligned tile): a warp's 32 rows are then one contiguous run, where word loads hit each bank
-  // kGroups / 4 times.
   ScaleRow<kGroups> sr;
   if constexpr (kGroups == 16) {
     const uint4 v = *reinterpret_cast<const uint4*>(srow);
