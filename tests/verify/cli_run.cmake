@@ -1,5 +1,7 @@
-# Shared by the verify-decode CLI scripts (cmake -P): a fresh ${WORK} and run(expected_exit cmd...),
-# which fails the script with the command, its exit code and its output when the exit differs.
+# Shared by the CLI scripts (cmake -P; the verify-decode ones and tests/io/cli_refused_options): a
+# fresh ${WORK}, run(expected_exit cmd...), which fails the script with the command, its exit code
+# and its output when the exit differs, and expect_refusal(needle cmd...): exit 1 with a message
+# containing needle.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 function(run expected)
@@ -8,6 +10,14 @@ function(run expected)
     message(FATAL_ERROR "expected exit ${expected}, got ${rc}: ${ARGN}\n${out}\n${err}")
   endif()
   message(STATUS "${out}${err}")
+endfunction()
+function(expect_refusal needle)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(FIND "${out}${err}" "${needle}" pos)
+  if(NOT rc EQUAL 1 OR pos EQUAL -1)
+    message(FATAL_ERROR "expected exit 1 naming '${needle}', got ${rc}: ${ARGN}\n${out}${err}")
+  endif()
+  message(STATUS "refused: ${needle}")
 endfunction()
 # expect_layers(A OP B KEY...): verify-decode's JSON outputs A and B have as many "layers" entries,
 # and in each the value at KEY... (e.g. converted_vs_original rel_l2) of A compares to B's by OP

@@ -10,13 +10,15 @@
 #include "capi_common.hpp"
 #include "core/error.hpp"
 #include "kernels/cuda_check.hpp"
-#include "kernels/decode_launch.hpp"
 #include "kernels/fp8_decode.hpp"
 #include "kernels/kv4_append.hpp"
 #include "kernels/kv4_decode.hpp"
 #include "quant/codebook_cache_format.hpp"
 #include "quant/fp4_cache_format.hpp"
 #include "quant/fp4_to_fp8.hpp"
+#ifdef MLA_TIMELINE
+#include "kernels/decode_launch.hpp"
+#endif
 
 namespace {
 
