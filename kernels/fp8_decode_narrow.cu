@@ -16,10 +16,11 @@
 // Warp roles (512 threads): warpgroup 0 computes S^T, stages it through shared memory so each
 // thread owns one query row and 64 / (128 / N) of its tokens, runs the online softmax there
 // (row reductions over 128 / N lanes of one warp) and writes P8^T and the rows' rescale factors
-// into one of two buffers, with S of tile i+1 already issued to the tensor cores (FP8 pages);
-// warpgroups 1 and 2 each own d_c / 2 output
-// channels and, per tile, load their V^T fragments, release the ring stage, then run P.V when
-// P^T arrives. So S + softmax of tile i+1 overlap P.V of tile i. Warpgroup 3: one thread issues
+// into one of two buffers. FP8 pages: two tiles a pass (S of both issued together, their
+// softmaxes interleaved so one's latency hides the other's, P8^T of both in one buffer, one
+// hand-over); FP4 pages: one. Warpgroups 1 and 2 each own d_c / 2 output channels and, per tile,
+// load their V^T fragments, release the ring stage, then run P.V when the pass's P^T arrives.
+// So S + softmax of pass i+1 overlap P.V of pass i. Warpgroup 3: one thread issues
 // the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so 3 tiles stay in flight.
 // Numerics: the same rounding points as the 64-row kernel and the twin (quant/fp8_decode_twin):
 // logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
@@ -58,7 +59,10 @@ struct NCfg {
   // and the raw stages that fit beside them (three at 16 rows, two at 32).
   static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (DC == 512 ? 4 : 6);
   static constexpr int kR = FP4 ? (DC == 512 ? (N == 16 ? 3 : 2) : 4) : 0;  // raw FP4 stages
-  static constexpr int kConvAhead = kS - 1;  // FP4: tiles the consumers convert ahead of the one they use
+  static constexpr int kConvAhead = kS - 1;
+  // Tiles a softmax pass of warpgroup 0 (two: their latencies overlap). FP4 pages: one, since the
+  // P.V warps' conversion is that route's chain and a pass's two S tiles need a stage more.
+  static constexpr int kPass = FP4 ? 1 : 2;  // FP4: tiles the consumers convert ahead of the one they use
   static_assert(kConvAhead >= 1, "fp8 narrow kernel: the FP4 converters need a stage ahead");
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
@@ -68,9 +72,9 @@ struct NCfg {
   static constexpr uint32_t kQ8 = N * DC, kQR = N * kRB, kP = N * 128;
   static constexpr int kSRow = 68;  // S^T staging row (floats): 64 tokens + 4, conflict-free stores
   static constexpr uint32_t kSS = N * kSRow * 4;
-  // gamma [2][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
+  // gamma [2][kPass][N], fin [N][2], the query rows' scales [N], the merged rows' LSE [N] floats; the
   // ticket's flag and the two requests to merge (+ padding)
-  static constexpr uint32_t kSmall = (2 * N + 2 * N + N + N) * 4 + 16;
+  static constexpr uint32_t kSmall = (2 * kPass * N + 2 * N + N + N) * 4 + 16;
   // + full/empty barriers and each stage's valid token count
   static constexpr size_t smem() {
     return 1024 + kQ8 + kQR + kS * kStage + 2 * kP + 2 * kSS + kSmall + 16 * kS + 4 * kS + kR * kRawStage + 128 + 16 * kR +
@@ -94,6 +98,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc,
                         int32_t* merge_cnt) {
   using C = NCfg<DC, DR, N, FP4>;
+  constexpr int kPass = C::kPass;
   constexpr int S = C::kS, NC = N / 4;  // NC: query rows per thread in an m64nN accumulator
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw = detail::smem_u32(smem_raw);
@@ -103,7 +108,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
   float* sS = reinterpret_cast<float*>(gbase + (sP + 2 * C::kP - base));  // [2][N][kSRow]
   const uint32_t sSmall = sP + 2 * C::kP + 2 * C::kSS;
   float* gam = reinterpret_cast<float*>(gbase + (sSmall - base));
-  float* fin = gam + 2 * N;
+  float* fin = gam + 2 * C::kPass * N;
   float* qs = fin + 2 * N;                                   // the query rows' scales (qsrc.bf16 only)
   float* merge_lse = qs + N;                                 // the merged rows' LSE
   volatile int* merge_flag = reinterpret_cast<int*>(merge_lse + N);  // [0] the ticket, [1..2] the requests to merge
@@ -169,7 +174,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
     if (wg > 0)
       for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
   int split = in[4];
-  int it = 0;
+  int it = 0, pass = 0;  // running tile and softmax pass (P^T buffer pass & 1)
   int merge_b0 = -1, merge_b1 = -1;  // the requests this CTA merges (warpgroups 1-2)
   for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0, ++split) {
     const int L = p.seqlens[b];
@@ -195,12 +200,10 @@ __global__ void __launch_bounds__(kNThreads, 1)
       float m_run = neg_inf, l_run = 0.f, sig = 1.f;
       const int m0 = 16 * wiw + g;  // the accumulator's tokens of this thread: m0, m0 + 8
       // S of running tile i2 into acc: waits for its stage, issues the wgmmas and commits them
-      // (the caller waits). Issued one tile ahead: S(it + 1) runs on the tensor cores while the
-      // softmax of tile it runs (FlashAttention-3's intra-warpgroup overlap).
+      // (the caller waits).
       auto issue_s = [&](int i2, float (&acc)[N / 2]) {
         const int stage = i2 % S;
         const uint32_t st = sSt + stage * C::kStage;
-        MLA_TL(0);
         detail::mbar_wait(bar0 + 8 * stage, (i2 / S) & 1);
         MLA_TL(1);
 #pragma unroll
@@ -223,140 +226,167 @@ __global__ void __launch_bounds__(kNThreads, 1)
           ss_bf16_narrow<N>(acc, detail::gmma_desc_at(dtr, kk * 32), detail::gmma_desc_at(dqr, kk * 32));
         gmma::commit();
       };
-      // The rest of tile ti (running index it), its S^T staged by take().
-      auto finish_tile = [&](int ti) {
-        const int stage = it % S;
-        const uint32_t st = sSt + stage * C::kStage;
-        const int j0 = ti * kT;
-        const int valid = static_cast<int>(lds32(sValid + 4 * stage));
-        const float* ss = sS + (it & 1) * N * C::kSRow;
-        detail::named_bar_sync(kBarStage, 128);
-        MLA_TL(3);
-        float x[TPT], skv[TPT];
-        const float* skp = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
-#pragma unroll
-        for (int i = 0; i < TPT; i += 4) {
-          const float4 a = *reinterpret_cast<const float4*>(ss + n * C::kSRow + tok0 + i);
-          const float4 k = *reinterpret_cast<const float4*>(skp + tok0 + i);
-          x[i] = a.x, x[i + 1] = a.y, x[i + 2] = a.z, x[i + 3] = a.w;
-          skv[i] = k.x, skv[i + 1] = k.y, skv[i + 2] = k.z, skv[i + 3] = k.w;
-        }
-        __syncwarp();
-        if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));  // S and s_k read: stage free for us
-        // ---- online softmax of row n over this tile, s_k folded into P, P re-quantised ----
-        const int lim = min(L - lim_off, j0 + valid);
-        float tmax = neg_inf;
-#pragma unroll
-        for (int i = 0; i < TPT; ++i) {
-          x[i] = (j0 + tok0 + i < lim) ? (x[i] * skv[i]) * rowf : neg_inf;
-          tmax = fmaxf(tmax, x[i]);
-        }
-#pragma unroll
-        for (int o = 1; o < LPR; o *= 2) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
-        const float m_new = fmaxf(m_run, tmax);
-        const float m_use = (m_new == neg_inf) ? 0.f : m_new;
-        const float alpha = exp2f(m_run - m_use);
-        m_run = m_new;
-        float psum = 0.f, amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < TPT; ++i) {
-          const bool live = j0 + tok0 + i < lim;
-          const float pv = live ? exp2f(x[i] - m_use) : 0.f;
-          psum += pv;
-          const float pp = live ? pv * skv[i] : 0.f;
-          amax = fmaxf(amax, pp);
-          x[i] = pp;
-        }
-#pragma unroll
-        for (int o = 1; o < LPR; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float sg = quant::fp8_block_scale(amax, sig);
-        const float inv = 1.f / sg;
-        const float gamma = alpha * (sig * inv);
-        l_run = l_run * gamma + psum * inv;
-        sig = sg;
-        uint32_t pw[TPT / 4];
-#pragma unroll
-        for (int i = 0; i < TPT / 4; ++i)
-          pw[i] = pack_e4m3(x[4 * i] * inv, x[4 * i + 1] * inv, x[4 * i + 2] * inv, x[4 * i + 3] * inv);
-        // Into vt_fragments_ldsm's k order (p8t_k: k = 4 a + 2 m + e holds token 8 m + 2 a + e of
-        // each 16-token half). 16 tokens a thread: four byte permutes. 8: the thread of the half's
-        // other 8 tokens is lane ^ 1; each stores half of the half's 16 k bytes at its own offset.
-        if constexpr (TPT == 16) {
-          const uint32_t w0 = pw[0], w1 = pw[1], w2 = pw[2], w3 = pw[3];
-          pw[0] = __byte_perm(w0, w2, 0x5410);
-          pw[1] = __byte_perm(w0, w2, 0x7632);
-          pw[2] = __byte_perm(w1, w3, 0x5410);
-          pw[3] = __byte_perm(w1, w3, 0x7632);
-        } else {
-          const bool hi = q & 1;  // tokens 8 .. 15 of the half
-          const uint32_t x2 = __shfl_xor_sync(0xffffffffu, hi ? pw[0] : pw[1], 1);
-          const uint32_t lo = hi ? x2 : pw[0], up = hi ? pw[1] : x2;  // tokens (0-3, 8-11) or (4-7, 12-15)
-          pw[0] = __byte_perm(lo, up, 0x5410);
-          pw[1] = __byte_perm(lo, up, 0x7632);
-        }
-        const int pb = it & 1;
-        const uint32_t pa = sP + pb * C::kP + n * 128 + (((tok0 >> 4) ^ (n & 7)) << 4) + (tok0 & 15);
-        MLA_TL(4);
-        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of tile it - 2 is done with buffer pb
-        MLA_TL(5);
-        if constexpr (TPT == 8) {
-          asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(pa), "r"(pw[0]), "r"(pw[1]) : "memory");
-        } else {
-          detail::st_shared_v4(pa, make_uint4(pw[0], pw[1], pw[2], pw[3]));
-        }
-        if (q == 0) gam[pb * N + n] = gamma;
-        detail::fence_proxy_async();
-        detail::named_bar_arrive(kBarFull + pb, kConsumers);
-        MLA_TL(6);
-      };
-      // S of tile it (the one issued last, into acc) into staging buffer it & 1 as S^T
-      // [n][token] (rows of kSRow floats: conflict-free stores); the buffer's readers of tile
-      // it - 2 have passed tile it - 1's kBarStage.
-      auto take = [&](float (&acc)[N / 2]) {
-        gmma::wait<0>();
-        MLA_TL(2);
+      // S^T of the pass's tile in slot s (its wgmmas done) into staging buffer s as [n][token]
+      // (rows of kSRow floats: conflict-free stores). The buffer's readers of the last pass have
+      // all passed that pass's P-free barrier.
+      auto stage_st = [&](float (&acc)[N / 2], int s) {
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) gmma::fence_operand(acc[i]);
-        float* ss = sS + (it & 1) * N * C::kSRow;
+        float* ss = sS + s * N * C::kSRow;
 #pragma unroll
         for (int c = 0; c < NC; ++c)
 #pragma unroll
           for (int h = 0; h < 2; ++h) ss[acc_col(c, tq) * C::kSRow + m0 + 8 * h] = acc[acc_reg(c, h)];
       };
-      // FP8 pages: two accumulator sets in turn (one set reissued in place made ptxas serialise
-      // the wgmmas, C7514): tile ti's S in cur, the next tile's issued into nxt before its
-      // softmax. FP4 pages: S issued and taken in turn (the overlap made the FP4 route 4-7%
-      // slower: its P.V warps convert, and its 32-row instantiations spilled).
+      // The softmax of a pass's NP tiles (ti, ti + 1; running it, it + 1), S^T staged: the
+      // tiles' reductions and exp2s interleave (their latencies overlap; warpgroup 0's chain was
+      // one tile's, docs/gpu-notes.md session 21), while the running state (m, alpha, sigma, l)
+      // is chained tile by tile, so each tile's rounding is the twin's.
+      auto finish_pass = [&](auto np_c, int ti) {
+        constexpr int NP = decltype(np_c)::value;
+        float x[NP][TPT], skv[NP][TPT];
+        int lim[NP];
+        detail::named_bar_sync(kBarStage, 128);
+        MLA_TL(3);
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {
+          const int stage = (it + s) % S;
+          const uint32_t st = sSt + stage * C::kStage;
+          const float* ss = sS + s * N * C::kSRow;
+          const float* skp = reinterpret_cast<const float*>(gbase + (st - base) + 64 * (DC + C::kRB));
+          lim[s] = min(L - lim_off, (ti + s) * kT + static_cast<int>(lds32(sValid + 4 * stage)));
+#pragma unroll
+          for (int i = 0; i < TPT; i += 4) {
+            const float4 a = *reinterpret_cast<const float4*>(ss + n * C::kSRow + tok0 + i);
+            const float4 k = *reinterpret_cast<const float4*>(skp + tok0 + i);
+            x[s][i] = a.x, x[s][i + 1] = a.y, x[s][i + 2] = a.z, x[s][i + 3] = a.w;
+            skv[s][i] = k.x, skv[s][i + 1] = k.y, skv[s][i + 2] = k.z, skv[s][i + 3] = k.w;
+          }
+        }
+        __syncwarp();
+        if (lane == 0)  // S and s_k read: the stages are free for us
+#pragma unroll
+          for (int s = 0; s < NP; ++s) detail::mbar_arrive(bar0 + 8 * (S + (it + s) % S));
+        // ---- online softmax of row n over the pass's tiles, s_k folded into P, P re-quantised ----
+        float tmax[NP], amax[NP], psum[NP], alpha[NP], m_use[NP], inv[NP], gamma[NP];
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {
+          const int j0 = (ti + s) * kT;
+          tmax[s] = neg_inf;
+#pragma unroll
+          for (int i = 0; i < TPT; ++i) {
+            x[s][i] = (j0 + tok0 + i < lim[s]) ? (x[s][i] * skv[s][i]) * rowf : neg_inf;
+            tmax[s] = fmaxf(tmax[s], x[s][i]);
+          }
+        }
+#pragma unroll
+        for (int o = 1; o < LPR; o *= 2)
+#pragma unroll
+          for (int s = 0; s < NP; ++s) tmax[s] = fmaxf(tmax[s], __shfl_xor_sync(0xffffffffu, tmax[s], o));
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {  // the running maximum, tile by tile
+          const float m_new = fmaxf(m_run, tmax[s]);
+          m_use[s] = (m_new == neg_inf) ? 0.f : m_new;
+          alpha[s] = exp2f(m_run - m_use[s]);
+          m_run = m_new;
+        }
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {
+          const int j0 = (ti + s) * kT;
+          psum[s] = 0.f, amax[s] = 0.f;
+#pragma unroll
+          for (int i = 0; i < TPT; ++i) {
+            const bool live = j0 + tok0 + i < lim[s];
+            const float pv = live ? exp2f(x[s][i] - m_use[s]) : 0.f;
+            psum[s] += pv;
+            const float pp = live ? pv * skv[s][i] : 0.f;
+            amax[s] = fmaxf(amax[s], pp);
+            x[s][i] = pp;
+          }
+        }
+#pragma unroll
+        for (int o = 1; o < LPR; o *= 2)
+#pragma unroll
+          for (int s = 0; s < NP; ++s) amax[s] = fmaxf(amax[s], __shfl_xor_sync(0xffffffffu, amax[s], o));
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {  // sigma and l, tile by tile
+          const float sg = quant::fp8_block_scale(amax[s], sig);
+          inv[s] = 1.f / sg;
+          gamma[s] = alpha[s] * (sig * inv[s]);
+          l_run = l_run * gamma[s] + psum[s] * inv[s];
+          sig = sg;
+        }
+        uint32_t pw[NP][TPT / 4];
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {
+#pragma unroll
+          for (int i = 0; i < TPT / 4; ++i)
+            pw[s][i] = pack_e4m3(x[s][4 * i] * inv[s], x[s][4 * i + 1] * inv[s], x[s][4 * i + 2] * inv[s],
+                                 x[s][4 * i + 3] * inv[s]);
+          // Into vt_fragments_ldsm's k order (p8t_k: k = 4 a + 2 m + e holds token 8 m + 2 a + e of
+          // each 16-token half). 16 tokens a thread: four byte permutes. 8: the thread of the
+          // half's other 8 tokens is lane ^ 1; each stores half of the half's 16 k bytes at its
+          // own offset.
+          if constexpr (TPT == 16) {
+            const uint32_t w0 = pw[s][0], w1 = pw[s][1], w2 = pw[s][2], w3 = pw[s][3];
+            pw[s][0] = __byte_perm(w0, w2, 0x5410);
+            pw[s][1] = __byte_perm(w0, w2, 0x7632);
+            pw[s][2] = __byte_perm(w1, w3, 0x5410);
+            pw[s][3] = __byte_perm(w1, w3, 0x7632);
+          } else {
+            const bool hi = q & 1;  // tokens 8 .. 15 of the half
+            const uint32_t x2 = __shfl_xor_sync(0xffffffffu, hi ? pw[s][0] : pw[s][1], 1);
+            const uint32_t lo = hi ? x2 : pw[s][0], up = hi ? pw[s][1] : x2;  // tokens (0-3, 8-11) or (4-7, 12-15)
+            pw[s][0] = __byte_perm(lo, up, 0x5410);
+            pw[s][1] = __byte_perm(lo, up, 0x7632);
+          }
+        }
+        // P^T buffer pb: row n's 128 bytes hold the pass's tiles side by side (tile s in bytes
+        // 64 s .. 64 s + 63: 16-byte chunks 4 s + tok0 / 16, 128-byte swizzled).
+        const int pb = pass & 1;
+        MLA_TL(4);
+        detail::named_bar_sync(kBarFree + pb, kConsumers);  // P.V of pass - 2 is done with buffer pb
+        MLA_TL(5);
+#pragma unroll
+        for (int s = 0; s < NP; ++s) {
+          const uint32_t pa = sP + pb * C::kP + n * 128 + ((((tok0 >> 4) + 4 * s) ^ (n & 7)) << 4) + (tok0 & 15);
+          if constexpr (TPT == 8) {
+            asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(pa), "r"(pw[s][0]), "r"(pw[s][1]) : "memory");
+          } else {
+            detail::st_shared_v4(pa, make_uint4(pw[s][0], pw[s][1], pw[s][2], pw[s][3]));
+          }
+          if (q == 0) gam[(pb * kPass + s) * N + n] = gamma[s];
+        }
+        detail::fence_proxy_async();
+        detail::named_bar_arrive(kBarFull + pb, kConsumers);
+        MLA_TL(6);
+        it += NP;
+        ++pass;
+      };
+      // A pass: S of its tiles issued together (two accumulator sets), waited for once, staged,
+      // then the softmax over both. FP4 pages: one tile a pass (its P.V warps convert; the
+      // conversion is their chain, not this one).
       float sa[N / 2], sb[N / 2];
-      auto step = [&](float (&cur)[N / 2], float (&nxt)[N / 2], int ti) {
-        take(cur);
-        issue_s(it + 1, nxt);
-        finish_tile(ti);
-        ++it;
-      };
-      auto last = [&](float (&cur)[N / 2], int ti) {
-        take(cur);
-        finish_tile(ti);
-        ++it;
-      };
-      if constexpr (FP4) {
-        for (int ti = t; ti < stop; ++ti) {
+      int ti = t;
+      if constexpr (kPass == 2) {
+        for (; ti + 1 < stop; ti += 2) {
+          MLA_TL(0);
           issue_s(it, sa);
-          last(sa, ti);
+          issue_s(it + 1, sb);
+          gmma::wait<0>();
+          MLA_TL(2);
+          stage_st(sa, 0);
+          stage_st(sb, 1);
+          finish_pass(std::integral_constant<int, 2>{}, ti);
         }
-      } else if (t < stop) {
+      }
+      for (; ti < stop; ++ti) {
+        MLA_TL(0);
         issue_s(it, sa);
-        int ti = t;
-        for (; ti + 2 < stop; ti += 2) {
-          step(sa, sb, ti);
-          step(sb, sa, ti + 1);
-        }
-        if (ti + 1 < stop) {
-          step(sa, sb, ti);
-          last(sb, ti + 1);
-        } else {
-          last(sa, ti);
-        }
+        gmma::wait<0>();
+        MLA_TL(2);
+        stage_st(sa, 0);
+        finish_pass(std::integral_constant<int, 1>{}, ti);
       }
       // ---- epilogue: 1/l and lse = (m + log2(sigma l)) ln 2 of row n ----
 #pragma unroll
@@ -381,6 +411,9 @@ __global__ void __launch_bounds__(kNThreads, 1)
         if constexpr (FP4)
           if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         MLA_TL(11);
+        // the tile's slot in warpgroup 0's pass (passes pair the request's tiles from t on)
+        const int slot = (ti - t) % kPass;
+        const bool pass_end = slot == kPass - 1 || ti + 1 == stop;
         const int stage = it % S;
         const uint32_t st = sSt + stage * C::kStage;
         detail::mbar_wait(bar0 + 8 * stage, (it / S) & 1);
@@ -392,18 +425,22 @@ __global__ void __launch_bounds__(kNThreads, 1)
         __syncwarp();
         if (lane == 0) detail::mbar_arrive(bar0 + 8 * (S + stage));
         MLA_TL(13);
-        const int pb = it & 1;
-        detail::named_bar_sync(kBarFull + pb, kConsumers);
+        const int pb = pass & 1;
+        if (slot == 0) detail::named_bar_sync(kBarFull + pb, kConsumers);
         MLA_TL(14);
-        pv_rescale<NB, N>(acc, gam + pb * N, tq);
+        pv_rescale<NB, N>(acc, gam + (pb * kPass + slot) * N, tq);
         gmma::fence();
-        pv_mma_ks<NB, N>(acc, fr[0], desc_sw(sP + pb * C::kP, 1024, 1));
-        pv_mma_ks<NB, N>(acc, fr[1], desc_sw(sP + pb * C::kP + 32, 1024, 1));
+        const uint32_t sp = sP + pb * C::kP + 64 * slot;
+        pv_mma_ks<NB, N>(acc, fr[0], desc_sw(sp, 1024, 1));
+        pv_mma_ks<NB, N>(acc, fr[1], desc_sw(sp + 32, 1024, 1));
         gmma::commit();
         gmma::wait<0>();
         MLA_TL(15);
         pv_fence_acc<NB, N>(acc);
-        detail::named_bar_arrive(kBarFree + pb, kConsumers);
+        if (pass_end) {
+          detail::named_bar_arrive(kBarFree + pb, kConsumers);
+          ++pass;
+        }
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);
