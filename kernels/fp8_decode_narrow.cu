@@ -239,9 +239,12 @@ __global__ void __launch_bounds__(kNThreads, 1)
           for (int h = 0; h < 2; ++h) ss[acc_col(c, tq) * C::kSRow + m0 + 8 * h] = acc[acc_reg(c, h)];
       };
       // The softmax of a pass's NP tiles (ti, ti + 1; running it, it + 1), S^T staged: the
-      // tiles' reductions and exp2s interleave (their latencies overlap; warpgroup 0's chain was
-      // one tile's, docs/gpu-notes.md session 21), while the running state (m, alpha, sigma, l)
-      // is chained tile by tile, so each tile's rounding is the twin's.
+      // tiles' reductions and exp2s interleave, while the running state (m, alpha, sigma, l) is
+      // chained tile by tile in the twin's order. Products and sums the twin rounds one by one
+      // are written as _rn intrinsics: left to contraction, ptxas fused them differently in one-
+      // and two-tile passes, and the FP4 route (one) then differed from FP8 pages (two) in the
+      // last bit. The exp2 is not under `live` (a dead token's x is -inf, so its exp2 is 0): under
+      // the condition it compiled to a branch a token, which kept the tokens' chains apart.
       auto finish_pass = [&](auto np_c, int ti) {
         constexpr int NP = decltype(np_c)::value;
         float x[NP][TPT], skv[NP][TPT];
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
           tmax[s] = neg_inf;
 #pragma unroll
           for (int i = 0; i < TPT; ++i) {
-            x[s][i] = (j0 + tok0 + i < lim[s]) ? (x[s][i] * skv[s][i]) * rowf : neg_inf;
+            x[s][i] = (j0 + tok0 + i < lim[s]) ? __fmul_rn(__fmul_rn(x[s][i], skv[s][i]), rowf) : neg_inf;
             tmax[s] = fmaxf(tmax[s], x[s][i]);
           }
         }
@@ -287,7 +290,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
         for (int s = 0; s < NP; ++s) {  // the running maximum, tile by tile
           const float m_new = fmaxf(m_run, tmax[s]);
           m_use[s] = (m_new == neg_inf) ? 0.f : m_new;
-          alpha[s] = exp2f(m_run - m_use[s]);
+          alpha[s] = detail::ex2_ftz(m_run - m_use[s]);
           m_run = m_new;
         }
 #pragma unroll
@@ -297,7 +300,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
 #pragma unroll
           for (int i = 0; i < TPT; ++i) {
             const bool live = j0 + tok0 + i < lim[s];
-            const float pv = live ? exp2f(x[s][i] - m_use[s]) : 0.f;
+            const float pv = detail::ex2_ftz(__fsub_rn(x[s][i], m_use[s]));  // 0 where not live (x = -inf)
             psum[s] += pv;
             const float pp = live ? pv * skv[s][i] : 0.f;
             amax[s] = fmaxf(amax[s], pp);
@@ -313,7 +316,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
           const float sg = quant::fp8_block_scale(amax[s], sig);
           inv[s] = 1.f / sg;
           gamma[s] = alpha[s] * (sig * inv[s]);
-          l_run = l_run * gamma[s] + psum[s] * inv[s];
+          l_run = __fadd_rn(__fmul_rn(l_run, gamma[s]), __fmul_rn(psum[s], inv[s]));
           sig = sg;
         }
         uint32_t pw[NP][TPT / 4];
