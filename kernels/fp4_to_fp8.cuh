@@ -21,10 +21,14 @@ namespace mla::kernels::fp8 {
 // 0x40 2, 0x44 3, 0x48 4, 0x4C 6) with k added to the exponent field, no conversion. Below, the
 // products round (subnormals, zero): converted from fp32 (2^k as bits; 0 below 2^-126, where
 // every product rounds to an E4M3 zero anyway), as the twin's E4M3 encoder rounds them.
+// e2m1_e4m3_tables_exact: the k >= -5 tables alone (exponent arithmetic, no branch).
+__device__ __forceinline__ void e2m1_e4m3_tables_exact(int k, uint32_t& t0, uint32_t& t1) {
+  t0 = 0x3C383000u + static_cast<uint32_t>(8 * k) * 0x01010100u;
+  t1 = 0x4C484440u + static_cast<uint32_t>(8 * k) * 0x01010101u;
+}
 __device__ __forceinline__ void e2m1_e4m3_tables(int k, uint32_t& t0, uint32_t& t1) {
   if (k >= -5) {
-    t0 = 0x3C383000u + static_cast<uint32_t>(8 * k) * 0x01010100u;
-    t1 = 0x4C484440u + static_cast<uint32_t>(8 * k) * 0x01010101u;
+    e2m1_e4m3_tables_exact(k, t0, t1);
   } else {
     const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
     t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
@@ -109,24 +113,50 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   unsigned char* ldst = dst + t * 128;
   // Every group of the share in flight at once where a share has at most three (the narrow
   // kernel's six shares); two at a time otherwise (the 64-row kernel's P.V warps hold 128
-  // accumulators beside the conversion).
+  // accumulators beside the conversion). A chunk of groups is one basic block: all its loads
+  // first, the tables, then the conversions and stores. The rare cases are not branches a group
+  // (a branch a group kept each group's loads behind the previous group's conversion): a
+  // poisoned token's codes are selected to 0 (every table maps code 0 to byte 0), a group past
+  // the share's last is loaded from a valid row and not stored, and the tables of groups more
+  // than 11 octaves below the token's largest (k < -5: rounded products) are redone in one branch
+  // a chunk, taken only by a thread that has one.
   constexpr int kTrips = (kGroups + kShares - 1) / kShares;
-#pragma unroll(kTrips <= 3 ? kTrips : 2)
-  for (int k = 0; k < kTrips; ++k) {
-    const int c = h + k * kShares;
-    if (c >= kGroups) continue;
-    const uint32_t ci = 16 * static_cast<uint32_t>(c), li = 32 * static_cast<uint32_t>(c);
-    uint4 codes = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
-    uint32_t t0 = 0u, t1 = 0u;
-    if (poison) codes = make_uint4(0u, 0u, 0u, 0u);
-    else e2m1_e4m3_tables(static_cast<int>(srow[c]) - 127 - e + 6, t0, t1);
-    const uint2 a = e2m1x8_to_e4m3(codes.x, t0, t1), b = e2m1x8_to_e4m3(codes.y, t0, t1);
-    const uint2 cc = e2m1x8_to_e4m3(codes.z, t0, t1), d = e2m1x8_to_e4m3(codes.w, t0, t1);
-    // bytes li and li + 16 of the row: li % 128 is a multiple of 32, so the second chunk is the
-    // first's with bit 4 set, after the swizzle as before it
-    const uint32_t lo = (li / 128) * 8192 + ((li % 128) ^ lat_sw);
-    *reinterpret_cast<uint4*>(ldst + lo) = make_uint4(a.x, a.y, b.x, b.y);
-    *reinterpret_cast<uint4*>(ldst + (lo ^ 16u)) = make_uint4(cc.x, cc.y, d.x, d.y);
+  constexpr int kChunk = kTrips <= 3 ? kTrips : 2;
+#pragma unroll
+  for (int k0 = 0; k0 < kTrips; k0 += kChunk) {
+    uint4 codes[kChunk];
+    uint32_t t0[kChunk], t1[kChunk];
+    bool rare = false;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int c = min(h + (k0 + j) * kShares, kGroups - 1);
+      const uint32_t ci = 16 * static_cast<uint32_t>(c);
+      codes[j] = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
+      const int kx = static_cast<int>(srow[c]) - 127 - e + 6;
+      e2m1_e4m3_tables_exact(kx, t0[j], t1[j]);
+      rare |= kx < -5;
+      if (poison) codes[j] = make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (rare)
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const int kx = static_cast<int>(srow[min(h + (k0 + j) * kShares, kGroups - 1)]) - 127 - e + 6;
+        if (kx < -5) e2m1_e4m3_tables(kx, t0[j], t1[j]);
+      }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const int c = h + (k0 + j) * kShares;
+      const uint2 a = e2m1x8_to_e4m3(codes[j].x, t0[j], t1[j]), b = e2m1x8_to_e4m3(codes[j].y, t0[j], t1[j]);
+      const uint2 cc = e2m1x8_to_e4m3(codes[j].z, t0[j], t1[j]), d = e2m1x8_to_e4m3(codes[j].w, t0[j], t1[j]);
+      // bytes li and li + 16 of the row: li % 128 is a multiple of 32, so the second chunk is the
+      // first's with bit 4 set, after the swizzle as before it
+      const uint32_t li = 32 * static_cast<uint32_t>(c);
+      const uint32_t lo = (li / 128) * 8192 + ((li % 128) ^ lat_sw);
+      if (c < kGroups) {
+        *reinterpret_cast<uint4*>(ldst + lo) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4*>(ldst + (lo ^ 16u)) = make_uint4(cc.x, cc.y, d.x, d.y);
+      }
+    }
   }
   // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
   const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
