@@ -28,7 +28,7 @@ __device__ __forceinline__ void e2m1_e4m3_tables_exact(int k, uint32_t& t0, uint
 }
 // k < -5: the rounded tables (not inlined: the rare path's float registers would otherwise be
 // reserved beside the whole chunk's codes and tables, which spilled at 56 registers).
-__device__ __noinline__ uint2 e2m1_e4m3_tables_rounded(int k) {
+static __device__ __noinline__ uint2 e2m1_e4m3_tables_rounded(int k) {
   const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
   return make_uint2(pack_e4m3(0.f, 0.5f * f, f, 1.5f * f), pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f));
 }
