@@ -26,18 +26,13 @@ __device__ __forceinline__ void e2m1_e4m3_tables_exact(int k, uint32_t& t0, uint
   t0 = 0x3C383000u + static_cast<uint32_t>(8 * k) * 0x01010100u;
   t1 = 0x4C484440u + static_cast<uint32_t>(8 * k) * 0x01010101u;
 }
-// k < -5: the rounded tables (not inlined: the rare path's float registers would otherwise be
-// reserved beside the whole chunk's codes and tables, which spilled at 56 registers).
-static __device__ __noinline__ uint2 e2m1_e4m3_tables_rounded(int k) {
-  const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
-  return make_uint2(pack_e4m3(0.f, 0.5f * f, f, 1.5f * f), pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f));
-}
 __device__ __forceinline__ void e2m1_e4m3_tables(int k, uint32_t& t0, uint32_t& t1) {
   if (k >= -5) {
     e2m1_e4m3_tables_exact(k, t0, t1);
   } else {
-    const uint2 t = e2m1_e4m3_tables_rounded(k);
-    t0 = t.x, t1 = t.y;
+    const float f = k >= -126 ? __int_as_float((k + 127) << 23) : 0.f;
+    t0 = pack_e4m3(0.f, 0.5f * f, f, 1.5f * f);
+    t1 = pack_e4m3(2.f * f, 3.f * f, 4.f * f, 6.f * f);
   }
 }
 
@@ -134,7 +129,7 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
     bool rare = false;
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
-      const int c = (h + (k0 + j) * kShares) & (kGroups - 1);  // a valid group (stored only if < kGroups)
+      const int c = min(h + (k0 + j) * kShares, kGroups - 1);
       const uint32_t ci = 16 * static_cast<uint32_t>(c);
       codes[j] = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
       const int kx = static_cast<int>(srow[c]) - 127 - e + 6;
@@ -145,7 +140,7 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
     if (rare)
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
-        const int kx = static_cast<int>(srow[(h + (k0 + j) * kShares) & (kGroups - 1)]) - 127 - e + 6;
+        const int kx = static_cast<int>(srow[min(h + (k0 + j) * kShares, kGroups - 1)]) - 127 - e + 6;
         if (kx < -5) e2m1_e4m3_tables(kx, t0[j], t1[j]);
       }
 #pragma unroll
