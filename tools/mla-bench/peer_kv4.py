@@ -14,7 +14,8 @@ of the same pages (kernels/fp8_decode.hpp fp8_decode_fp4_cache_bf16q: the narrow
 rows, the 64-row kernel above), whose floor takes the FP8 GEMM rate; it is planned once before the
 timed calls (kernels::fp8_decode_plan, as FlashMLA's metadata) and each call is a planned decode. Ceilings in the same
 process: copy bandwidth, BF16 GEMM 8192^3 and FP8 GEMM (peer_fp8.fp8_gemm_tflops; twice the
-BF16 rate where torch has no FP8 GEMM).
+BF16 rate where torch has no FP8 GEMM). `--routes fp8` times the FP8 route alone on the FP4
+shapes (in the first column, with its paired ratio): an A/B of an FP8-route change in half the time.
 
     PYTHONPATH=.peer/flashmla python3 tools/mla-bench/peer_kv4.py \
         --lib build/tools/mla-bench/libmla_kv4_capi.so --json out.json
@@ -156,6 +157,9 @@ def main():
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--routes", choices=["both", "fp8"], default="both",
+                    help="FP4 shapes: time both routes (default) or only the FP8-tensor-core route (an A/B of an "
+                         "FP8-route change in half the time; codebook shapes keep their one route)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     ours = Ours(args.lib)
@@ -175,18 +179,25 @@ def main():
         g = torch.Generator(device="cuda").manual_seed(5000 + i)
         pages, deq, levels = pack_pages(c, fmt, g)
         c.cache = deq  # FlashMLA decodes the dequantised values
-        run_ours, parts = ours.prepare(c, fmt, pages, levels)
-        run_fm = flashmla_runner(c)
-        fns = [run_ours, run_fm]
         fp8_route = fmt == "fp4"  # at d_c = 512 the FP8 route takes every row count
-        if fp8_route:  # the FP8-tensor-core route of the same FP4 pages
-            run_fp8, _ = ours.prepare(c, fmt, pages, levels, route=1)
-            fns.append(run_fp8)
-        o1, _ = run_ours()
+        fp8_only = fp8_route and args.routes == "fp8"
+        run_fm = flashmla_runner(c)
+        if fp8_only:  # the FP8 route alone, in the BF16 route's place
+            run_fp8, parts = ours.prepare(c, fmt, pages, levels, route=1)
+            fns = [run_fp8, run_fm]
+        else:
+            run_ours, parts = ours.prepare(c, fmt, pages, levels)
+            fns = [run_ours, run_fm]
+            if fp8_route:  # the FP8-tensor-core route of the same FP4 pages
+                run_fp8, _ = ours.prepare(c, fmt, pages, levels, route=1)
+                fns.append(run_fp8)
+        o1, _ = fns[0]()
         o2, _ = run_fm()
         torch.cuda.synchronize()
         check = f"out vs FlashMLA on the dequantised cache: rel_l2 {rel_l2(o1, o2):.2e}"
-        if fp8_route:
+        if fp8_only:
+            check = f"fp8 route vs FlashMLA {rel_l2(o1, o2):.2e}"
+        elif fp8_route:
             o3, _ = run_fp8()
             torch.cuda.synchronize()
             check += f"; fp8 route vs FlashMLA {rel_l2(o3, o2):.2e}"
@@ -202,6 +213,18 @@ def main():
         fl4 = max(bytes4 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
         fl16 = max(bytes16 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
         fl8 = max(bytes4 / (ceil["copy_gbs"] * 1e9), flops / (ceil["fp8_gemm_tflops"] * 1e12)) * 1e6  # FP8 route
+        if fp8_only:
+            res["shapes"][name] = {"format": fmt, "shape": [B, H, sq, L, 512], "parts": parts, "fp8_route_us": med[0],
+                                   "fp8_route_range_us": rng[0], "fp8_route_floor_us": fl8,
+                                   "fp8_route_frac_floor": fl8 / med[0], "flashmla_bf16_us": med[1],
+                                   "flashmla_bf16_range_us": rng[1], "fp8_route_speedup_vs_bf16": med[1] / med[0],
+                                   "paired_fp8_route_speedup_vs_bf16": {"median": pr[0], "ci95": [pr[1], pr[2]]},
+                                   "check": check}
+            print(f"{name + ' (fp8 route)':<34} {med[0]:8.1f} {100 * fl8 / med[0]:6.1f}% {med[1]:10.1f} "
+                  f"{100 * fl16 / med[1]:6.1f}% {med[1] / med[0]:6.2f}x  {check}", flush=True)
+            del c, pages, deq, run_fm, fns
+            torch.cuda.empty_cache()
+            continue
         res["shapes"][name] = {"format": fmt, "shape": [B, H, sq, L, 512], "parts": parts, "ours_us": med[0],
                                "ours_range_us": rng[0], "ours_floor_us": fl4, "ours_frac_floor": fl4 / med[0],
                                "flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1],

@@ -7,7 +7,8 @@
 #    interleaved in one process (the base's outputs checked bit-identical or not);
 #  - with FP8_ONLY (comma-separated peer_fp8.py shape names): new and base FP8 builds alternated
 #    in separate processes, twice each;
-#  - with KV4_SUITES (peer_kv4.py suites, e.g. "fp4 fp4rows"): the same for the 4-bit caches.
+#  - with KV4_SUITES (peer_kv4.py suites, e.g. "fp4 fp4rows"): the same for the 4-bit caches
+#    (KV4_ARGS adds peer_kv4.py arguments, e.g. "--routes fp8" to time the FP8 route alone).
 # Usage (GPU machine, repo root, .peer and .carry carried):
 #   OUT=dir PATCH=.carry/x.patch [SUITES=manyhead] [FP8_ONLY=B128_H128_sq1_L8k_dc256,...]
 #   [KV4_SUITES=fp4] [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
@@ -54,7 +55,7 @@ fi
 for s in ${KV4_SUITES:-}; do
   for lib in /tmp/b /tmp/bb /tmp/b /tmp/bb; do
     echo "=== 4-bit, suite $s: $([ $lib = /tmp/b ] && echo this tree || echo base)"
-    timeout 200 python3 tools/mla-bench/peer_kv4.py --lib $lib/tools/mla-bench/libmla_kv4_capi.so --suite "$s" --runs 9 2>&1 |
+    timeout 200 python3 tools/mla-bench/peer_kv4.py --lib $lib/tools/mla-bench/libmla_kv4_capi.so --suite "$s" --runs 9 ${KV4_ARGS:-} 2>&1 |
       grep -E "^device|^fp4|^codebook"
   done
 done
