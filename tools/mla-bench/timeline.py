@@ -28,7 +28,8 @@ bounded by wgmma waits or mbarrier waits are not affected.
   14 O rescaled, 15 k-step 0's P.V done, 16 V^T fragments of k-step 1, 17 k-step 1's P.V done.
 --kernel fp8-narrow / fp4-narrow (the FP8 narrow kernel, <= 32 query rows, fp8_decode_narrow.cu, on FP8
   pages from libmla_fp8_capi.so or on FP4 pages, the FP4 cache's FP8 route, from libmla_kv4_capi.so;
-  pass --heads 16 or 32): warpgroup 0 (S and the softmax): 0 tile start, 1 the stage landed, 2 S done,
+  pass --heads 16 or 32): warpgroup 0 (S and the softmax, a pass of two tiles on FP8 pages, one on FP4
+  pages: its period is a pass's): 0 pass start, 1 a stage landed (once a tile), 2 S done,
   3 S^T staged (barrier), 4 softmax, 5 P buffer free, 6 P handed over; warpgroup 1 (P.V over half of
   d_c): 10 tile start, 11 FP4 pages: tile it + 2 converted, 12 the stage landed, 13 V^T fragments
   (stage released), 14 P visible, 15 P.V done; fp4-narrow also warpgroup 3 (the copying thread's warp,
@@ -75,7 +76,7 @@ NAMES = {
                  8: "P1 V1L done", 9: "next S0 issued", 10: "pair start (S1 done)", 11: "block 0's factors",
                  12: "softmax 1, factors out", 13: "P1 stored, P1 V1R issued (RS)", 14: "P0 visible",
                  15: "P0 V0R issued (SS)", 16: "P1 V1R done", 17: "P0 V0R done", 18: "next S1 issued"},
-    "fp8-narrow": {0: "tile start", 1: "stage landed", 2: "S done", 3: "S^T staged (bar)", 4: "softmax",
+    "fp8-narrow": {0: "pass start", 1: "stage landed", 2: "S done", 3: "S^T staged (bar)", 4: "softmax",
                    5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "FP4: tile it + 2 converted",
                    12: "stage landed", 13: "V^T fragments", 14: "P visible", 15: "P.V done",
                    20: "tile start", 21: "raw copies issued", 22: "tile converted"},
