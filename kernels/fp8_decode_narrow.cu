@@ -16,12 +16,13 @@
 // Warp roles (512 threads): warpgroup 0 computes S^T, stages it through shared memory so each
 // thread owns one query row and 64 / (128 / N) of its tokens, runs the online softmax there
 // (row reductions over 128 / N lanes of one warp) and writes P8^T and the rows' rescale factors
-// into one of two buffers. FP8 pages: two tiles a pass (S of both issued together, their
-// softmaxes interleaved so one's latency hides the other's, P8^T of both in one buffer, one
-// hand-over); FP4 pages: one. Warpgroups 1 and 2 each own d_c / 2 output channels and, per tile,
+// into one of two buffers. FP8 pages: two tiles a pass (S of both issued together, one S^T
+// staging, their softmaxes in one pass, P8^T of both in one buffer, one hand-over); FP4 pages:
+// one. Warpgroups 1 and 2 each own d_c / 2 output channels and, per tile,
 // load their V^T fragments, release the ring stage, then run P.V when the pass's P^T arrives.
 // So S + softmax of pass i+1 overlap P.V of pass i. Warpgroup 3: one thread issues
-// the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so 3 tiles stay in flight.
+// the bulk copies into a 4-stage ring (6 at d_c <= 256): no V^T buffer, so the stages warpgroup 0's
+// pass and the P.V warps do not hold are in flight.
 // Numerics: the same rounding points as the 64-row kernel and the twin (quant/fp8_decode_twin):
 // logits (s * s_k) * (q_scale scale log2e), P = exp2(x - m) s_k re-quantised per row and tile by
 // sigma = amax / 448 (bounded below: quant::fp8_block_scale), O and l in units of the current sigma.
@@ -59,10 +60,11 @@ struct NCfg {
   // and the raw stages that fit beside them (three at 16 rows, two at 32).
   static constexpr int kS = FP4 ? (DC == 512 ? 3 : 4) : (DC == 512 ? 4 : 6);
   static constexpr int kR = FP4 ? (DC == 512 ? (N == 16 ? 3 : 2) : 4) : 0;  // raw FP4 stages
-  static constexpr int kConvAhead = kS - 1;
-  // Tiles a softmax pass of warpgroup 0 (two: their latencies overlap). FP4 pages: one, since the
-  // P.V warps' conversion is that route's chain and a pass's two S tiles need a stage more.
-  static constexpr int kPass = FP4 ? 1 : 2;  // FP4: tiles the consumers convert ahead of the one they use
+  static constexpr int kConvAhead = kS - 1;  // FP4: tiles the consumers convert ahead of the one they use
+  // Tiles a softmax pass of warpgroup 0: two for FP8 pages (one S wait, S^T barrier and P
+  // hand-over a pass, not a tile; -6 to -8% at 32 rows, docs/gpu-notes.md session 22). FP4 pages:
+  // one (the P.V warps' conversion is that route's chain, and two spilled at 152 registers).
+  static constexpr int kPass = FP4 ? 1 : 2;
   static_assert(kConvAhead >= 1, "fp8 narrow kernel: the FP4 converters need a stage ahead");
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
