@@ -14,7 +14,8 @@ warpgroup's tile loop is recognised by its mix (QGMMA/HGMMA, MUFU, LDSM, ...). C
 static: a loop holding branches (masked and unmasked tiles) counts both sides.
 cuobjdump ships with the CUDA toolkit; where the toolkit has none (this repo's CI image), the
 pinned PyPI wheel has it: pip download --no-deps nvidia-cuda-cuobjdump==13.5.37, unzip, and pass
-its bin/cuobjdump with --cuobjdump.
+its bin/cuobjdump with --cuobjdump; cuobjdump -sass runs nvdisasm, from nvidia-cuda-nvdisasm==13.5.37
+the same way (its bin/ on PATH).
 """
 import argparse
 import collections
