@@ -43,7 +43,7 @@ __device__ __forceinline__ void softmax_tile_rows64(float (&sv)[32], const float
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1, e = (i >> 2) * 2 + (i & 1), jj = (i >> 2) * 8 + 2 * tq + (i & 1);
     const bool live = !kMasked || j0 + jj < lim[h];
-    const float pv = detail::ex2_ftz(sv[i] - m_use[h]);  // 0 where masked (sv = -inf); under `live` it was a branch a key
+    const float pv = detail::ex2_ftz(sv[i] - m_use[h]);  // 0 where masked (sv = -inf); under `live`: a branch a key (PTX)
     psum[h] += pv;
     const float pp = live ? pv * skv[e] : 0.f;
     amax[h] = fmaxf(amax[h], pp);
