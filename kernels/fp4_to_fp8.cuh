@@ -114,25 +114,27 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
   // Every group of the share in flight at once where a share has at most three (the narrow
   // kernel's six shares); two at a time otherwise (the 64-row kernel's P.V warps hold 128
   // accumulators beside the conversion). A chunk of groups is one basic block: all its loads
-  // first, the tables, then the conversions and stores. The rare cases are not branches a group
-  // (a branch a group kept each group's loads behind the previous group's conversion): a
-  // poisoned token's codes are selected to 0 (every table maps code 0 to byte 0), a group past
-  // the share's last is loaded from a valid row and not stored, and the tables of groups more
-  // than 11 octaves below the token's largest (k < -5: rounded products) are redone in one branch
-  // a chunk, taken only by a thread that has one.
+  // first, the tables, then the conversions and stores (with a branch a group for the rare cases
+  // the route ran 2-4% slower, docs/gpu-notes.md session 22): a poisoned token's codes are
+  // selected to 0 (every table maps code 0 to byte 0), a group past the share's last is loaded
+  // from a valid row and not stored, and the tables of groups more than 11 octaves below the
+  // token's largest (k < -5: rounded products) are redone in one branch a chunk, taken only by a
+  // thread that has one; it reads their scale bytes again rather than keep the exponents live.
   constexpr int kTrips = (kGroups + kShares - 1) / kShares;
   constexpr int kChunk = kTrips <= 3 ? kTrips : 2;
 #pragma unroll
   for (int k0 = 0; k0 < kTrips; k0 += kChunk) {
+    auto group = [&](int j) { return min(h + (k0 + j) * kShares, kGroups - 1); };  // a valid group
+    auto table_exp = [&](int c) { return static_cast<int>(srow[c]) - 127 - e + 6; };
     uint4 codes[kChunk];
     uint32_t t0[kChunk], t1[kChunk];
     bool rare = false;
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
-      const int c = min(h + (k0 + j) * kShares, kGroups - 1);
+      const int c = group(j);
       const uint32_t ci = 16 * static_cast<uint32_t>(c);
       codes[j] = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
-      const int kx = static_cast<int>(srow[c]) - 127 - e + 6;
+      const int kx = table_exp(c);
       e2m1_e4m3_tables_exact(kx, t0[j], t1[j]);
       rare |= kx < -5;
       if (poison) codes[j] = make_uint4(0u, 0u, 0u, 0u);
@@ -140,7 +142,7 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
     if (rare)
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
-        const int kx = static_cast<int>(srow[min(h + (k0 + j) * kShares, kGroups - 1)]) - 127 - e + 6;
+        const int kx = table_exp(group(j));
         if (kx < -5) e2m1_e4m3_tables(kx, t0[j], t1[j]);
       }
 #pragma unroll

@@ -276,6 +276,13 @@ __global__ void __launch_bounds__(kNThreads, 1)
           for (int s = 0; s < NP; ++s) detail::mbar_arrive(bar0 + 8 * (S + (it + s) % S));
         // ---- online softmax of row n over the pass's tiles, s_k folded into P, P re-quantised ----
         float tmax[NP], amax[NP], psum[NP], alpha[NP], m_use[NP], inv[NP], gamma[NP];
+        // Each tile's v over the row's LPR lanes, the tiles' shuffles interleaved.
+        auto row_max = [&](float (&v)[NP]) {
+#pragma unroll
+          for (int o = 1; o < LPR; o *= 2)
+#pragma unroll
+            for (int s = 0; s < NP; ++s) v[s] = fmaxf(v[s], __shfl_xor_sync(0xffffffffu, v[s], o));
+        };
 #pragma unroll
         for (int s = 0; s < NP; ++s) {
           const int j0 = (ti + s) * kT;
@@ -286,10 +293,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
             tmax[s] = fmaxf(tmax[s], x[s][i]);
           }
         }
-#pragma unroll
-        for (int o = 1; o < LPR; o *= 2)
-#pragma unroll
-          for (int s = 0; s < NP; ++s) tmax[s] = fmaxf(tmax[s], __shfl_xor_sync(0xffffffffu, tmax[s], o));
+        row_max(tmax);
 #pragma unroll
         for (int s = 0; s < NP; ++s) {  // the running maximum, tile by tile
           const float m_new = fmaxf(m_run, tmax[s]);
@@ -311,10 +315,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
             x[s][i] = pp;
           }
         }
-#pragma unroll
-        for (int o = 1; o < LPR; o *= 2)
-#pragma unroll
-          for (int s = 0; s < NP; ++s) amax[s] = fmaxf(amax[s], __shfl_xor_sync(0xffffffffu, amax[s], o));
+        row_max(amax);
 #pragma unroll
         for (int s = 0; s < NP; ++s) {  // sigma and l, tile by tile
           const float sg = quant::fp8_block_scale(amax[s], sig);
