@@ -11,7 +11,8 @@
 #    (KV4_ARGS adds peer_kv4.py arguments, e.g. "--routes fp8" to time the FP8 route alone).
 # Usage (GPU machine, repo root, .peer and .carry carried):
 #   OUT=dir PATCH=.carry/x.patch [SUITES=manyhead] [FP8_ONLY=B128_H128_sq1_L8k_dc256,...]
-#   [KV4_SUITES=fp4] [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] bash tools/mla-bench/run_ab_patch_device.sh
+#   [KV4_SUITES=fp4] [TESTS="test_kernels_decode_gpu test_kernels_fp8_gpu"] [TEST_TIMEOUT=s] [STOP_ON_FAIL=1]
+#   bash tools/mla-bench/run_ab_patch_device.sh
 # (SUITES=none: no peer timing, e.g. to build here and run one's own checks after.)
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}
@@ -34,8 +35,11 @@ cmake --build /tmp/b -j12 --target $LIBS $TESTS > "$OUT/build.log" 2>&1 ||
 wait $bpid || { tail -30 "$OUT/buildb.log"; exit 1; }
 echo "builds done $(( $(date +%s) - T0 )) s"
 for t in $TESTS; do
-  timeout 200 /tmp/b/tests/kernels/$t > "$OUT/$t.log" 2>&1; echo "$t rc=$?"
+  timeout "${TEST_TIMEOUT:-200}" /tmp/b/tests/kernels/$t > "$OUT/$t.log" 2>&1; rc=$?; echo "$t rc=$rc"
   grep -E "^\[  (PASSED|FAILED)|Failure" "$OUT/$t.log" | head -8
+  # STOP_ON_FAIL=1: a failed or hung test ends the call before any timing (a hung kernel would
+  # hang every timing process after it too)
+  [ -n "${STOP_ON_FAIL:-}" ] && [ $rc -ne 0 ] && { echo "stopping: $t failed"; exit 1; }
 done
 wait
 tail -1 "$OUT/peer.log"
