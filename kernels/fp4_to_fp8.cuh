@@ -183,37 +183,17 @@ __device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsign
 
 // The FP4 tiles' raw copies for the narrow and 64-row kernels (one thread): walks the part's
 // tiles and keeps R of them in flight in the raw ring (raw_full[r] = rbar + 8 r with the copies'
-// bytes, raw_empty[r] = rbar + 8 (R + r), rValid[r] the tile's valid token count). The next tile's
-// request length and page id are loaded as soon as a tile is issued, a tile ahead of their use: in
-// the narrow kernel the copying thread converts a share between two calls, and the page-table
-// load, issued just before its copies, was exposed once a tile (~1,800 cycles of its warp's
-// 20 -> 21 step; the whole tile waits for that warp's share).
+// bytes, raw_empty[r] = rbar + 8 (R + r), rValid[r] the tile's valid token count).
 template <int DC, int DR, int R>
 struct Fp4RawProducer {
   const quant::Fp8DecodeParams& p;
   const int32_t* in;
   uint32_t sRaw, rbar, rValid;
   int pb, pt, issued = 0;
-  int L = 0, page = -1;  // of tile (pb, pt), loaded ahead (page -1: none or out of the table)
 
   __device__ Fp4RawProducer(const quant::Fp8DecodeParams& p_, const int32_t* in_, uint32_t sRaw_, uint32_t rbar_,
                             uint32_t rValid_)
-      : p(p_), in(in_), sRaw(sRaw_), rbar(rbar_), rValid(rValid_), pb(in_[0]), pt(in_[1]) {
-    settle();
-  }
-
-  __device__ bool more() const { return pb < in[2] || (pb == in[2] && pt < in[3]); }
-
-  // (pb, pt) onto the part's next tile (past the ends of requests), then its length and page id.
-  __device__ void settle() {
-    for (; more(); ++pb, pt = 0) {
-      L = p.seqlens[pb];
-      if (pt < ((pb == in[2]) ? in[3] : quant::decode_tiles(L, kT))) break;
-    }
-    if (!more()) return;
-    const int j0 = pt * kT, slot = j0 / p.page_size;
-    page = (j0 < L && slot < p.max_pages) ? p.page_table[static_cast<size_t>(pb) * p.max_pages + slot] : -1;
-  }
+      : p(p_), in(in_), sRaw(sRaw_), rbar(rbar_), rValid(rValid_), pb(in_[0]), pt(in_[1]) {}
 
   // Issues the copies of every tile before `upto` (tile counter of the part) not issued yet.
   __device__ void until(int upto) {
@@ -221,9 +201,19 @@ struct Fp4RawProducer {
     const quant::Fp4CacheLayout tile{64, DC, DR};
     const uint32_t raw_bytes = static_cast<uint32_t>(tile.page_bytes());
     constexpr int kCodeW = DC / 2 < 128 ? DC / 2 : 128;
-    while (issued < upto && more()) {
+    const int end_b = in[2], end_t = in[3];
+    while (issued < upto && (pb < end_b || (pb == end_b && pt < end_t))) {
+      const int L = p.seqlens[pb];
+      const int stop = (pb == end_b) ? end_t : quant::decode_tiles(L, kT);
+      if (pt >= stop) {
+        ++pb;
+        pt = 0;
+        continue;
+      }
       const int r = issued % R;
       const int j0 = pt * kT;
+      const int slot = j0 / p.page_size;
+      const int page = (j0 < L && slot < p.max_pages) ? p.page_table[static_cast<size_t>(pb) * p.max_pages + slot] : -1;
       const bool ok = page >= 0 && page < p.num_pages;
       if (!ok && j0 < L && p.error_flag != nullptr) atomicExch(p.error_flag, 1);
       detail::mbar_wait(rbar + 8 * (R + r), ((issued / R) & 1) ^ 1);
@@ -244,7 +234,6 @@ struct Fp4RawProducer {
       }
       ++issued;
       ++pt;
-      settle();
     }
   }
 };

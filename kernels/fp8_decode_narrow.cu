@@ -28,6 +28,8 @@
 // sigma = amax / 448 (bounded below: quant::fp8_block_scale), O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
+#include <climits>
+
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
 #include "kernels/fp4_to_fp8.cuh"
@@ -45,14 +47,16 @@ namespace {
 
 // FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); one thread copies each tile into a raw
 // ring of kR FP4 tiles and shares of 64 threads convert it into the FP8 stage (kernels/fp4_to_fp8.cuh).
-// At 16 rows the kernel runs 640 threads and the four shares are warpgroups 3-4 alone (thread 384
-// also copies): the conversion off the P.V warps' chain, where it was the route's limit (session 21's
-// timeline: 2,422 of a 3,987-cycle tile). At 32 rows the P.V warps' accumulators leave no registers
-// for another warpgroup: 512 threads, six shares on warpgroups 1-3 (the P.V warps convert tile it +
-// kConvAhead before their work on tile it). Warpgroup 0 converts nothing: the P.V warps wait on its
-// S + softmax chain. The raw ring is what keeps HBM busy (kR - 1 tiles in flight while one is
-// converted; with 2 the route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets
-// the room of FP8 stages.
+// At 16 rows the kernel runs 640 threads: three shares on warps 12-17 alone and warp 18 copies (as
+// the 64-row kernel's producer thread does): neither the conversion on the P.V warps' chain
+// (session 21's timeline: 2,422 of a 3,987-cycle tile) nor the copies on a converting warp's (session
+// 23: that warp ran two tiles behind the other converters, ~1,800 cycles a tile in its copy step,
+// and every stage waits for every share). At 32 rows the P.V warps' accumulators leave no registers
+// for more warps: 512 threads, six shares on warpgroups 1-3 (the P.V warps convert tile it +
+// kConvAhead before their work on tile it; thread 384 copies). Warpgroup 0 converts nothing: the P.V
+// warps wait on its S + softmax chain. The raw ring is what keeps HBM busy (kR - 1 tiles in flight
+// while one is converted; with 2 the route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c
+// = 512 it gets the room of FP8 stages.
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
@@ -66,23 +70,25 @@ struct NCfg {
   // one (the P.V warps' conversion is that route's chain, and two spilled at 152 registers).
   static constexpr int kPass = FP4 ? 1 : 2;
   static_assert(kConvAhead >= 1, "fp8 narrow kernel: the FP4 converters need a stage ahead");
-  // FP4 at 16 rows: converters of their own (warpgroups 3-4, 640 threads). Registers a thread
-  // (setmaxnreg): warpgroup 0, the P.V warpgroups, the others. The sum over warpgroups is bounded by
-  // what the launch allocates (kLaunchRegs a thread: the 64K of the SM over the block, in steps of
-  // 8), not by the SM's 64K: setmaxnreg.inc takes only what a .dec released, and waits forever
-  // otherwise (768 threads at 80 each, with 4,096 registers over the warpgroups' sum, hung).
-  // 152 + 2 x 104 + 2 x 56 <= 5 x 96 with own converters (the P.V warps spilled at 96, the
-  // converters at 48); otherwise 512 threads, consumers 152 (FP4) or 160, warpgroup 3 56 (FP4) or
-  // 24 (the FP8 producer).
+  // FP4 at 16 rows: 640 threads; three shares of converters of their own (warps 12-17) and a
+  // copying warp (warp 18; warp 19 idles). Registers a thread (setmaxnreg): warpgroup 0, the P.V
+  // warpgroups, warpgroups 3-4. The sum is bounded by what the launch allocates (kLaunchRegs a
+  // thread: the 64K of the SM over the block rounded up to whole warpgroups, in steps of 8: 96 at
+  // 640 threads, 80 at 672 or 768), not by the SM's 64K: setmaxnreg.inc takes only what a .dec
+  // released and waits forever otherwise (768 threads with 65,536 asked, session 23, hung).
+  // 152 + 2 x 104 + 2 x 56 (the P.V warps spilled at 96, the converters at 48); otherwise 512
+  // threads, consumers 152 (FP4) or 160, warpgroup 3 56 (FP4) or 24 (the FP8 producer).
   static constexpr bool kOwnConv = FP4 && N == 16;
   static constexpr int kThreads = kOwnConv ? 640 : 512;
-  static constexpr int kLaunchRegs = (65536 / kThreads) & ~7;
+  static constexpr int kLaunchRegs = (65536 / ((kThreads + 127) / 128 * 128)) & ~7;
   static constexpr int kRegWG0 = FP4 ? 152 : 160, kRegPV = kOwnConv ? 104 : kRegWG0;
   static constexpr int kRegWG3 = FP4 ? 56 : 24;
   static_assert(kRegWG0 + 2 * kRegPV + (kThreads / 128 - 3) * kRegWG3 <= (kThreads / 128) * kLaunchRegs,
                 "fp8 narrow kernel: setmaxnreg asks for more registers than the launch allocates");
-  static constexpr int kConvFirst = kOwnConv ? 384 : 128;  // the first converting thread
-  static constexpr int kConvShares = (kThreads - kConvFirst) / 64, kConvWarps = 2 * kConvShares;
+  static constexpr int kConvFirst = kOwnConv ? 384 : 128;           // the first converting thread
+  static constexpr int kConvShares = (kOwnConv ? 192 : 384) / 64;  // shares of 64 threads
+  static constexpr int kConvWarps = 2 * kConvShares;
+  static constexpr int kCopyWarp = kOwnConv ? 12 + kConvWarps : 12;  // FP4: lane 0 copies
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
@@ -157,7 +163,17 @@ __global__ void __launch_bounds__(NCfg<DC, DR, N, FP4>::kThreads, 1)
 
   if (warp >= 12) {  // ---- producer (FP8 cache) or copier + converters (FP4 cache) ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kRegWG3) : "memory");
-    if constexpr (FP4) {
+    if constexpr (C::kOwnConv) {
+      if (warp == C::kCopyWarp) {
+        if (lane == 0) Fp4RawProducer<DC, DR, C::kR>(p, in, sRaw, rbar, rValid).until(INT_MAX);
+      } else if (warp < C::kCopyWarp) {
+        for (int i = 0; i < fp4_tiles; ++i) {
+          MLA_TL(20);
+          convert_tile(i);
+          MLA_TL(22);
+        }
+      }
+    } else if constexpr (FP4) {
       Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
       for (int i = 0; i < fp4_tiles; ++i) {
         MLA_TL(20);
