@@ -28,8 +28,6 @@
 // sigma = amax / 448 (bounded below: quant::fp8_block_scale), O and l in units of the current sigma.
 #include <cuda_fp8.h>
 
-#include <climits>
-
 #include "kernels/decode_launch.hpp"
 #include "kernels/decode_ring.cuh"
 #include "kernels/fp4_to_fp8.cuh"
@@ -45,18 +43,16 @@ __device__ uint64_t g_narrow_timeline[timeline::kWarps * timeline::kEvents];
 #endif
 namespace {
 
-// FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); one thread copies each tile into a raw
-// ring of kR FP4 tiles and shares of 64 threads convert it into the FP8 stage (kernels/fp4_to_fp8.cuh).
-// At 16 rows the kernel runs 640 threads: three shares on warps 12-17 alone and warp 18 copies (as
-// the 64-row kernel's producer thread does): neither the conversion on the P.V warps' chain
-// (session 21's timeline: 2,422 of a 3,987-cycle tile) nor the copies on a converting warp's (session
-// 23: that warp ran two tiles behind the other converters, ~1,800 cycles a tile in its copy step,
-// and every stage waits for every share). At 32 rows the P.V warps' accumulators leave no registers
-// for more warps: 512 threads, six shares on warpgroups 1-3 (the P.V warps convert tile it +
-// kConvAhead before their work on tile it; thread 384 copies). Warpgroup 0 converts nothing: the P.V
-// warps wait on its S + softmax chain. The raw ring is what keeps HBM busy (kR - 1 tiles in flight
-// while one is converted; with 2 the route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c
-// = 512 it gets the room of FP8 stages.
+constexpr int kNThreads = 512;
+
+// FP4: the cache holds FP4 pages (docs/formats/kv-fp4.md); one thread of warpgroup 3 copies each
+// tile into a raw ring of kR FP4 tiles and warpgroups 1-3 convert it into the FP8 stage
+// (kernels/fp4_to_fp8.cuh), the P.V warps tile it + kConvAhead before their work on tile it.
+// (Warpgroup 3 alone converted at ~0.3 instructions per cycle, the route's limit; warpgroup 0 is
+// kept out: the P.V warps wait on its S + softmax chain. docs/gpu-notes.md, fifth session.) The
+// raw ring is what keeps HBM busy (kR - 1 tiles in flight while one is converted; with 2 the
+// route ran at 0.70x FlashMLA, bytes-in-flight-bound), so at d_c = 512 it gets the room of FP8
+// stages.
 template <int DC, int DR, int N, bool FP4 = false>
 struct NCfg {
   static constexpr int kNB = DC / 128;           // m64 channel blocks per P.V warpgroup (d_c / 2 channels)
@@ -70,25 +66,6 @@ struct NCfg {
   // one (the P.V warps' conversion is that route's chain, and two spilled at 152 registers).
   static constexpr int kPass = FP4 ? 1 : 2;
   static_assert(kConvAhead >= 1, "fp8 narrow kernel: the FP4 converters need a stage ahead");
-  // FP4 at 16 rows: 640 threads; three shares of converters of their own (warps 12-17) and a
-  // copying warp (warp 18; warp 19 idles). Registers a thread (setmaxnreg): warpgroup 0, the P.V
-  // warpgroups, warpgroups 3-4. The sum is bounded by what the launch allocates (kLaunchRegs a
-  // thread: the 64K of the SM over the block rounded up to whole warpgroups, in steps of 8: 96 at
-  // 640 threads, 80 at 672 or 768), not by the SM's 64K: setmaxnreg.inc takes only what a .dec
-  // released and waits forever otherwise (768 threads with 65,536 asked, session 23, hung).
-  // 152 + 2 x 104 + 2 x 56 (the P.V warps spilled at 96, the converters at 48); otherwise 512
-  // threads, consumers 152 (FP4) or 160, warpgroup 3 56 (FP4) or 24 (the FP8 producer).
-  static constexpr bool kOwnConv = FP4 && N == 16;
-  static constexpr int kThreads = kOwnConv ? 640 : 512;
-  static constexpr int kLaunchRegs = (65536 / ((kThreads + 127) / 128 * 128)) & ~7;
-  static constexpr int kRegWG0 = FP4 ? 152 : 160, kRegPV = kOwnConv ? 104 : kRegWG0;
-  static constexpr int kRegWG3 = FP4 ? 56 : 24;
-  static_assert(kRegWG0 + 2 * kRegPV + (kThreads / 128 - 3) * kRegWG3 <= (kThreads / 128) * kLaunchRegs,
-                "fp8 narrow kernel: setmaxnreg asks for more registers than the launch allocates");
-  static constexpr int kConvFirst = kOwnConv ? 384 : 128;           // the first converting thread
-  static constexpr int kConvShares = (kOwnConv ? 192 : 384) / 64;  // shares of 64 threads
-  static constexpr int kConvWarps = 2 * kConvShares;
-  static constexpr int kCopyWarp = kOwnConv ? 12 + kConvWarps : 12;  // FP4: lane 0 copies
   static constexpr uint32_t kRawStage = 64 * (DC / 2 + DC / 32 + 2 * DR);
   static constexpr int kRB = 2 * DR;             // rope row bytes
   static constexpr int kRMode = kRB == 128 ? 1 : 2;
@@ -114,9 +91,11 @@ struct NCfg {
 // merge itself (all consumers).
 constexpr int kBarQ = 1, kBarStage = 2, kBarFull = 3, kBarFree = 5, kBarFin = 7, kBarTicket = 8, kBarMerge = 9;
 constexpr int kConsumers = 384;
+// FP4: the converting threads (warpgroups 1-3), in shares of 64 (one token each).
+constexpr int kConvFirst = 128, kConvShares = (kNThreads - kConvFirst) / 64, kConvWarps = 2 * kConvShares;
 
 template <int DC, int DR, int N, bool FP4>
-__global__ void __launch_bounds__(NCfg<DC, DR, N, FP4>::kThreads, 1)
+__global__ void __launch_bounds__(kNThreads, 1)
     narrow_split_kernel(const quant::Fp8DecodeParams p, const QuerySrc qsrc, const int32_t* __restrict__ info,
                         const int32_t* __restrict__ offsets, float* __restrict__ o_acc, float* __restrict__ lse_acc,
                         int32_t* merge_cnt) {
@@ -143,37 +122,28 @@ __global__ void __launch_bounds__(NCfg<DC, DR, N, FP4>::kThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   MLA_TL_INIT(g_narrow_timeline);
   // Every consumer warp releases a stage; the producer's expect_tx or each converting warp fills it.
-  init_stage_ring(bar0, S, 12, FP4 ? C::kConvWarps : 1);
-  if constexpr (FP4) init_stage_ring(rbar, C::kR, C::kConvWarps);  // the copying thread fills, the converters release
+  init_stage_ring(bar0, S, 12, FP4 ? kConvWarps : 1);
+  if constexpr (FP4) init_stage_ring(rbar, C::kR, kConvWarps);  // the copying thread fills, the converters release
   const int32_t* in = info + blockIdx.x * quant::kPartInfoInts;
   const int end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
-  // FP4: the converting shares (above NCfg); where the P.V warps are among them they convert
-  // tile it + kConvAhead before their work on tile it (the stage it reuses, it + kConvAhead - kS =
-  // it - 1, is released by then), the other converters every tile in turn.
+  // FP4: warpgroups 1-3 convert a share of each tile each (fp4_to_fp8.cuh; warpgroup 0, whose
+  // S + softmax chain the P.V warps wait on, does not): the P.V warps tile it + kConvAhead before
+  // their work on tile it (the stage it reuses, it + kConvAhead - kS = it - 1, is released by
+  // then), warpgroup 3 every tile in turn.
   auto convert_tile = [&](int i) {
     if constexpr (FP4)  // (instantiated only with the FP4 ring: its stage counts are 0 otherwise)
-      convert_fp4_tile<DC, DR, S, C::kR, C::kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
-                                                       gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
-                                                       (threadIdx.x - C::kConvFirst) / 64);
+      convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                                    gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
+                                                    (threadIdx.x - kConvFirst) / 64);
   };
   // The converting warps' tile count. Computed by warpgroup 0 too: under a warp-dependent
   // condition ptxas serialised the P.V warpgroups' wgmmas (C7520).
   const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
 
-  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + converters (FP4 cache) ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kRegWG3) : "memory");
-    if constexpr (C::kOwnConv) {
-      if (warp == C::kCopyWarp) {
-        if (lane == 0) Fp4RawProducer<DC, DR, C::kR>(p, in, sRaw, rbar, rValid).until(INT_MAX);
-      } else if (warp < C::kCopyWarp) {
-        for (int i = 0; i < fp4_tiles; ++i) {
-          MLA_TL(20);
-          convert_tile(i);
-          MLA_TL(22);
-        }
-      }
-    } else if constexpr (FP4) {
+  if (warp >= 12) {  // ---- producer (FP8 cache) or copier + a third of the converters (FP4 cache) ----
+    if constexpr (FP4) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
       Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
       for (int i = 0; i < fp4_tiles; ++i) {
         MLA_TL(20);
@@ -184,16 +154,15 @@ __global__ void __launch_bounds__(NCfg<DC, DR, N, FP4>::kThreads, 1)
         MLA_TL(22);
       }
     } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
       if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
     }
     return;
   }
-  if constexpr (C::kRegPV == C::kRegWG0)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegWG0) : "memory");
-  else if (warp < 4)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegWG0) : "memory");
+  if constexpr (FP4)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n" ::: "memory");
   else
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kRegPV) : "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
   // Broadcast from lane 0 so ptxas knows the role is warp-uniform: an RS wgmma under a branch
   // it cannot prove uniform is serialised (C7520).
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0), wiw = warp % 4;
@@ -203,7 +172,7 @@ __global__ void __launch_bounds__(NCfg<DC, DR, N, FP4>::kThreads, 1)
     detail::named_bar_arrive(kBarFree, kConsumers);
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
-  if constexpr (FP4 && !C::kOwnConv)
+  if constexpr (FP4)
     if (wg > 0)
       for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
   int split = in[4];
@@ -447,7 +416,7 @@ __global__ void __launch_bounds__(NCfg<DC, DR, N, FP4>::kThreads, 1)
         for (int i = 0; i < N / 2; ++i) acc[mb][i] = 0.f;
       for (int ti = t; ti < stop; ++ti, ++it) {
         MLA_TL(10);
-        if constexpr (FP4 && !C::kOwnConv)
+        if constexpr (FP4)
           if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
         MLA_TL(11);
         // the tile's slot in warpgroup 0's pass (passes pair the request's tiles from t on)
@@ -516,7 +485,7 @@ void launch_cfg(const quant::Fp8DecodeParams& p, const NarrowExtras& x, const de
   const size_t smem = NCfg<DC, DR, N, FP4>::smem();
   cuda::set_smem_limit_once(narrow_split_kernel<DC, DR, N, FP4>, smem, smem_set,
                             "fp8 narrow decode split kernel smem limit");
-  narrow_split_kernel<DC, DR, N, FP4><<<dim3(parts, 1), NCfg<DC, DR, N, FP4>::kThreads, smem, stream>>>(p, x.query, w.info, w.offsets,
+  narrow_split_kernel<DC, DR, N, FP4><<<dim3(parts, 1), kNThreads, smem, stream>>>(p, x.query, w.info, w.offsets,
                                                                                    w.o_acc, w.lse_acc, x.merge_cnt);
   cuda::check(cudaGetLastError(), "fp8 narrow decode split launch", "mla decode");
 }
