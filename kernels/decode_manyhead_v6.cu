@@ -19,6 +19,7 @@
 #include "kernels/decode_ring.cuh"
 #include "kernels/decode_softmax.cuh"
 #include "kernels/decode_store.cuh"
+#include "kernels/setmaxnreg.cuh"
 #include "kernels/timeline.cuh"
 #include "kernels/wgmma_ops.cuh"
 
@@ -49,6 +50,11 @@ struct V6Cfg {
     return 1024 + nblk * 8192 + kV6Stages<DC> * nblk * 8192 + 8192 + 3 * 64 * 4 + 256;
   }
 };
+
+// Registers a thread (setmaxnreg): the producer warpgroup, each of the two consumer warpgroups.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(kProducerRegs + 2 * kConsumerRegs <= detail::setmaxnreg_budget(kWgmmaThreads),
+              "setmaxnreg asks for more registers than the launch allocates");
 
 template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
@@ -84,12 +90,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const int row0 = blockIdx.x * 64;
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    detail::setmaxnreg_dec<kProducerRegs, kWgmmaThreads>();
     if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, &kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
   // ---- consumers: warpgroup 0 (S, softmax, P, first half of O), warpgroup 1 (second half) ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  detail::setmaxnreg_inc<kConsumerRegs, kWgmmaThreads>();
   const int wg = warp / 4, wiw = warp % 4;
   const int g = lane / 4, tq = lane % 4;
   const float scale_log2 = p.scale * kLog2e;

@@ -14,6 +14,7 @@
 #include "kernels/decode_ring.cuh"
 #include "kernels/decode_softmax.cuh"
 #include "kernels/decode_store.cuh"
+#include "kernels/setmaxnreg.cuh"
 #include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels::detail {
@@ -35,6 +36,11 @@ struct V7Cfg {
     return 1024 + 2 * nblk * 8192 + kV7Stages * nblk * 8192 + 256;
   }
 };
+
+// Registers a thread (setmaxnreg): the producer warpgroup, each of the two consumer warpgroups.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(kProducerRegs + 2 * kConsumerRegs <= detail::setmaxnreg_budget(kWgmmaThreads),
+              "setmaxnreg asks for more registers than the launch allocates");
 
 template <int DC>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
@@ -62,11 +68,11 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const int row0 = blockIdx.x * 128;
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA loads (as v6) ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    detail::setmaxnreg_dec<kProducerRegs, kWgmmaThreads>();
     if (warp == 8 && lane == 0) produce_tiles<kTileTokens, S>(p, &kv_map, in, sK, stage_bytes, nblk, bar0);
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  detail::setmaxnreg_inc<kConsumerRegs, kWgmmaThreads>();
   const int wg = warp / 4, wiw = warp % 4, tid = threadIdx.x % 128;
   const int g = lane / 4, tq = lane % 4;
   const float scale_log2 = p.scale * kLog2e;

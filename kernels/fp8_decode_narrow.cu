@@ -33,6 +33,7 @@
 #include "kernels/fp4_to_fp8.cuh"
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_wgmma.cuh"
+#include "kernels/setmaxnreg.cuh"
 #include "kernels/timeline.cuh"
 #include "kernels/wgmma_ops.cuh"
 
@@ -94,6 +95,13 @@ constexpr int kConsumers = 384;
 // FP4: the converting threads (warpgroups 1-3), in shares of 64 (one token each).
 constexpr int kConvFirst = 128, kConvShares = (kNThreads - kConvFirst) / 64, kConvWarps = 2 * kConvShares;
 
+// Registers a thread (setmaxnreg), consumers (warpgroups 0-2) and warpgroup 3: FP8 pages 160 and
+// 24 (the producer thread), FP4 pages 152 and 56 (warpgroup 3 converts a share).
+constexpr int kConsumerRegs = 160, kProducerRegs = 24, kFp4ConsumerRegs = 152, kConverterRegs = 56;
+static_assert(3 * kConsumerRegs + kProducerRegs <= detail::setmaxnreg_budget(kNThreads) &&
+                  3 * kFp4ConsumerRegs + kConverterRegs <= detail::setmaxnreg_budget(kNThreads),
+              "setmaxnreg asks for more registers than the launch allocates");
+
 template <int DC, int DR, int N, bool FP4>
 __global__ void __launch_bounds__(kNThreads, 1)
     narrow_split_kernel(const quant::Fp8DecodeParams p, const QuerySrc qsrc, const int32_t* __restrict__ info,
@@ -143,7 +151,7 @@ __global__ void __launch_bounds__(kNThreads, 1)
 
   if (warp >= 12) {  // ---- producer (FP8 cache) or copier + a third of the converters (FP4 cache) ----
     if constexpr (FP4) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      detail::setmaxnreg_dec<kConverterRegs, kNThreads>();
       Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
       for (int i = 0; i < fp4_tiles; ++i) {
         MLA_TL(20);
@@ -154,15 +162,15 @@ __global__ void __launch_bounds__(kNThreads, 1)
         MLA_TL(22);
       }
     } else {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+      detail::setmaxnreg_dec<kProducerRegs, kNThreads>();
       if (warp == 12 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
     }
     return;
   }
   if constexpr (FP4)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n" ::: "memory");
+    detail::setmaxnreg_inc<kFp4ConsumerRegs, kNThreads>();
   else
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+    detail::setmaxnreg_inc<kConsumerRegs, kNThreads>();
   // Broadcast from lane 0 so ptxas knows the role is warp-uniform: an RS wgmma under a branch
   // it cannot prove uniform is serialised (C7520).
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0), wiw = warp % 4;

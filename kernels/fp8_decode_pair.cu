@@ -25,6 +25,7 @@
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_softmax_rows64.cuh"
 #include "kernels/fp8_wgmma.cuh"
+#include "kernels/setmaxnreg.cuh"
 #include "kernels/wgmma_ops.cuh"
 
 namespace mla::kernels::fp8 {
@@ -53,6 +54,11 @@ struct PCfg {
 // gamma written (and the epilogue's 1/l and LSE), its turn on the tensor cores.
 constexpr int kBarQ = 1, kBarP = 3, kBarTurn = 5;
 
+// Registers a thread (setmaxnreg): the producer warpgroup, each of the two consumer warpgroups.
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+static_assert(kProducerRegs + 2 * kConsumerRegs <= detail::setmaxnreg_budget(kThreads),
+              "setmaxnreg asks for more registers than the launch allocates");
+
 template <int DC, int DR>
 __global__ void __launch_bounds__(kThreads, 1)
     pair_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
@@ -74,11 +80,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rows = p.s_q * p.heads;
 
   if (warp >= 8) {  // ---- producer ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    detail::setmaxnreg_dec<kProducerRegs, kThreads>();
     if (warp == 8 && lane == 0) produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  detail::setmaxnreg_inc<kConsumerRegs, kThreads>();
   // Broadcast from lane 0 so ptxas knows the role is warp-uniform (C7520).
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0), wiw = warp % 4, tid = threadIdx.x % 128;
   const int g = lane / 4, tq = lane % 4;

@@ -34,6 +34,7 @@
 #include "kernels/fp8_decode_device.cuh"
 #include "kernels/fp8_softmax_rows64.cuh"
 #include "kernels/fp8_wgmma.cuh"
+#include "kernels/setmaxnreg.cuh"
 #include "kernels/timeline.cuh"
 #include "kernels/wgmma_ops.cuh"
 
@@ -77,6 +78,11 @@ struct RCfg {
 // warpgroup 0 waits before writing the next segment's fin).
 constexpr int kBarQ = 1, kBarFull = 3, kBarFree = 5, kBarFin = 7, kBarFinFree = 8;
 
+// Registers a thread (setmaxnreg): warpgroup 0 (S, softmax), each P.V warpgroup, the producer.
+constexpr int kSoftmaxRegs = 136, kPvRegs = 176, kProducerRegs = 24;
+static_assert(kSoftmaxRegs + 2 * kPvRegs + kProducerRegs <= detail::setmaxnreg_budget(kThreads),
+              "setmaxnreg asks for more registers than the launch allocates");
+
 template <int DC, int DR, bool FP4>
 __global__ void __launch_bounds__(kThreads, 1)
     rows64_split_kernel(const quant::Fp8DecodeParams p, const int32_t* __restrict__ info,
@@ -107,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = blockIdx.x * kRows;
 
   if (warp >= 12) {  // ---- producer ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    detail::setmaxnreg_dec<kProducerRegs, kThreads>();
     if (warp == 12 && lane == 0) {
       if constexpr (FP4) Fp4RawProducer<DC, DR, C::kR>(p, in, sRaw, rbar, rValid).until(INT_MAX);
       else produce_tiles<DC, DR, S>(p, in, sSt, bar0, sValid);
@@ -129,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // held at a segment boundary; docs/gpu-notes.md, session 14).
   int it = 0;
   if (wg == 0) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 136;\n" ::: "memory");
+    detail::setmaxnreg_inc<kSoftmaxRegs, kThreads>();
     if (detail::part_has_segment(in[0], in[1], end_b, end_t))
       issue_query<DC, DR, kRows>(p, in[0], rows, row0, sQ8, sQR, threadIdx.x, 128);
     for (int b = in[0], t = in[1]; b < end_b || (b == end_b && t < end_t); ++b, t = 0) {
@@ -207,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::named_bar_sync(kBarFree, kConsumers);
     detail::named_bar_sync(kBarFree + 1, kConsumers);
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 176;\n" ::: "memory");
+    detail::setmaxnreg_inc<kPvRegs, kThreads>();
     // FP4: tile i of the part from the raw ring into its FP8 stage: tiles 0 .. kS - 1 first, then
     // tile it + kS after the P.V of tile it (which both consumer roles have released by then).
     auto convert_tile = [&](int i) {

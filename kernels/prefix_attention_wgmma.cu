@@ -27,6 +27,7 @@
 #include "kernels/decode_device.cuh"
 #include "kernels/prefix_attention.hpp"
 #include "kernels/prefix_device.cuh"
+#include "kernels/setmaxnreg.cuh"
 #include "kernels/tensor_map.hpp"
 #include "kernels/wgmma_ops.cuh"
 
@@ -66,6 +67,11 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// Registers a thread (setmaxnreg): the producer warpgroup, each of the two consumer warpgroups.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(kProducerRegs + 2 * kConsumerRegs <= detail::setmaxnreg_budget(kThreads),
+              "setmaxnreg asks for more registers than the launch allocates");
+
 // The maps are __grid_constant__ parameters and no launch here uses programmatic dependent launch
 // (docs/gpu-notes.md, v4: a parameter map failed only together with PDL).
 __global__ void __launch_bounds__(kThreads, 1)
@@ -91,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warp >= 8) {  // ---- producer warpgroup: one thread issues the TMA boxes ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    detail::setmaxnreg_dec<kProducerRegs, kThreads>();
     if (warp == 8 && lane == 0) {
       for (int t = 0; t < n_tiles; ++t) {
         const int stage = t % kStages;
@@ -107,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- consumers: warpgroup wg owns query rows 64 wg .. 64 wg + 63 of the block ----
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  detail::setmaxnreg_inc<kConsumerRegs, kThreads>();
   const int wg = warp / 4, wiw = warp % 4, g = lane / 4, tq = lane % 4;
   const int row_lo = blockIdx.x * quant::kPrefixRowsPerBlock + wg * 64 + wiw * 16 + g, row_hi = row_lo + 8;
   const float neg_inf = -__int_as_float(0x7f800000);
