@@ -36,7 +36,8 @@ void transfer(const Symbol& symbol, uint64_t* host, cudaStream_t stream, const s
 }
 
 __device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
-  if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0 && (threadIdx.x >> 5) < kWarps) {  // the first kWarps warps
+  // Lane 0 of the first kWarps warps (a block of more warps records only those).
+  if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0 && (threadIdx.x >> 5) < kWarps) {
     const long long c = clock64();
     buf[(threadIdx.x >> 5) * kEvents + n] = (static_cast<uint64_t>(c) << 8) | static_cast<uint64_t>(id);
   }

@@ -17,9 +17,12 @@ compile > "$dir/ok.log" 2>&1 || { echo "FAIL: the probe did not compile:"; cat "
 for pair in 384:168 512:128 640:96 768:80; do
   threads=${pair%%:*} want=${pair##*:}
   # ptxas -v: "Compiling entry function '..setmaxnreg_probeILi<threads>E..'" then "... Used N registers"
-  got=$(awk -v t="ILi${threads}E" '/Compiling entry function/ { hit = index($0, t) > 0 }
-        hit && /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); print substr($0, RSTART + 5, RLENGTH - 15); hit = 0 }' "$dir/ok.log")
-  [ "$got" = "$want" ] || { echo "FAIL: $threads threads: ptxas allocates '$got' registers a thread, launch_regs says $want"; cat "$dir/ok.log"; exit 1; }
+  got=$(awk -v t="ILi${threads}E" '
+    /Compiling entry function/ { hit = index($0, t) > 0 }
+    hit && /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); print substr($0, RSTART + 5, RLENGTH - 15); hit = 0 }
+  ' "$dir/ok.log")
+  [ "$got" = "$want" ] ||
+    { echo "FAIL: $threads threads: ptxas allocates '$got' registers a thread, launch_regs says $want"; cat "$dir/ok.log"; exit 1; }
 done
 if compile -DMLA_PROBE_OVERDRAW > "$dir/overdraw.log" 2>&1; then
   echo "FAIL: a division asking for more registers than the launch allocates compiled"; exit 1
