@@ -182,23 +182,22 @@ def main():
         fp8_route = fmt == "fp4"  # at d_c = 512 the FP8 route takes every row count
         fp8_only = fp8_route and args.routes == "fp8"
         run_fm = flashmla_runner(c)
-        if fp8_only:  # the FP8 route alone, in the BF16 route's place
-            run_fp8, parts = ours.prepare(c, fmt, pages, levels, route=1)
-            fns = [run_fp8, run_fm]
-        else:
-            run_ours, parts = ours.prepare(c, fmt, pages, levels)
-            fns = [run_ours, run_fm]
-            if fp8_route:  # the FP8-tensor-core route of the same FP4 pages
-                run_fp8, _ = ours.prepare(c, fmt, pages, levels, route=1)
-                fns.append(run_fp8)
+        # fns: ours first (the FP8 route alone with --routes fp8), FlashMLA, then the FP8-tensor-core
+        # route of the same FP4 pages where both routes are timed.
+        run, parts = ours.prepare(c, fmt, pages, levels, route=1 if fp8_only else 0)
+        fns = [run, run_fm]
+        if fp8_route and not fp8_only:
+            fns.append(ours.prepare(c, fmt, pages, levels, route=1)[0])
+        del run
         o1, _ = fns[0]()
         o2, _ = run_fm()
         torch.cuda.synchronize()
-        check = f"out vs FlashMLA on the dequantised cache: rel_l2 {rel_l2(o1, o2):.2e}"
         if fp8_only:
             check = f"fp8 route vs FlashMLA {rel_l2(o1, o2):.2e}"
-        elif fp8_route:
-            o3, _ = run_fp8()
+        else:
+            check = f"out vs FlashMLA on the dequantised cache: rel_l2 {rel_l2(o1, o2):.2e}"
+        if len(fns) == 3:
+            o3, _ = fns[2]()
             torch.cuda.synchronize()
             check += f"; fp8 route vs FlashMLA {rel_l2(o3, o2):.2e}"
         times = interleaved_times(timer, fns, args.runs, args.warmup)
@@ -213,33 +212,32 @@ def main():
         fl4 = max(bytes4 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
         fl16 = max(bytes16 / (ceil["copy_gbs"] * 1e9), flops / (ceil["gemm_tflops"] * 1e12)) * 1e6
         fl8 = max(bytes4 / (ceil["copy_gbs"] * 1e9), flops / (ceil["fp8_gemm_tflops"] * 1e12)) * 1e6  # FP8 route
+
+        def fp8_route_figures(k):  # the FP8 route's figures from column k
+            return {"fp8_route_us": med[k], "fp8_route_range_us": rng[k], "fp8_route_floor_us": fl8,
+                    "fp8_route_frac_floor": fl8 / med[k], "fp8_route_speedup_vs_bf16": med[1] / med[k]}
+
+        rec = {"format": fmt, "shape": [B, H, sq, L, 512], "parts": parts, "flashmla_bf16_us": med[1],
+               "flashmla_bf16_range_us": rng[1], "check": check}
         if fp8_only:
-            res["shapes"][name] = {"format": fmt, "shape": [B, H, sq, L, 512], "parts": parts, "fp8_route_us": med[0],
-                                   "fp8_route_range_us": rng[0], "fp8_route_floor_us": fl8,
-                                   "fp8_route_frac_floor": fl8 / med[0], "flashmla_bf16_us": med[1],
-                                   "flashmla_bf16_range_us": rng[1], "fp8_route_speedup_vs_bf16": med[1] / med[0],
-                                   "paired_fp8_route_speedup_vs_bf16": {"median": pr[0], "ci95": [pr[1], pr[2]]},
-                                   "check": check}
-            print(f"{name + ' (fp8 route)':<34} {med[0]:8.1f} {100 * fl8 / med[0]:6.1f}% {med[1]:10.1f} "
-                  f"{100 * fl16 / med[1]:6.1f}% {med[1] / med[0]:6.2f}x  {check}", flush=True)
-            del c, pages, deq, run_fm, fns
-            torch.cuda.empty_cache()
-            continue
-        res["shapes"][name] = {"format": fmt, "shape": [B, H, sq, L, 512], "parts": parts, "ours_us": med[0],
-                               "ours_range_us": rng[0], "ours_floor_us": fl4, "ours_frac_floor": fl4 / med[0],
-                               "flashmla_bf16_us": med[1], "flashmla_bf16_range_us": rng[1],
-                               "flashmla_bf16_floor_us": fl16, "flashmla_frac_floor": fl16 / med[1],
-                               "speedup_vs_bf16": med[1] / med[0], "byte_ratio": bytes16 / bytes4, "check": check,
-                               "paired_speedup_vs_bf16": {"median": pr[0], "ci95": [pr[1], pr[2]]}}
-        if fp8_route:
-            res["shapes"][name].update({"fp8_route_us": med[2], "fp8_route_range_us": rng[2], "fp8_route_floor_us": fl8,
-                                        "fp8_route_frac_floor": fl8 / med[2], "fp8_route_speedup_vs_bf16": med[1] / med[2]})
-        print(f"{name:<34} {med[0]:8.1f} {100 * fl4 / med[0]:6.1f}% {med[1]:10.1f} {100 * fl16 / med[1]:6.1f}% "
+            rec.update(fp8_route_figures(0))
+            rec["paired_fp8_route_speedup_vs_bf16"] = {"median": pr[0], "ci95": [pr[1], pr[2]]}
+            label, floor0 = name + " (fp8 route)", fl8
+        else:
+            rec.update({"ours_us": med[0], "ours_range_us": rng[0], "ours_floor_us": fl4, "ours_frac_floor": fl4 / med[0],
+                        "flashmla_bf16_floor_us": fl16, "flashmla_frac_floor": fl16 / med[1],
+                        "speedup_vs_bf16": med[1] / med[0], "byte_ratio": bytes16 / bytes4,
+                        "paired_speedup_vs_bf16": {"median": pr[0], "ci95": [pr[1], pr[2]]}})
+            if len(fns) == 3:
+                rec.update(fp8_route_figures(2))
+            label, floor0 = name, fl4
+        res["shapes"][name] = rec
+        print(f"{label:<34} {med[0]:8.1f} {100 * floor0 / med[0]:6.1f}% {med[1]:10.1f} {100 * fl16 / med[1]:6.1f}% "
               f"{med[1] / med[0]:6.2f}x  {check}", flush=True)
-        if fp8_route:
+        if len(fns) == 3:
             print(f"{name + ' (fp8 route)':<34} {med[2]:8.1f} {100 * fl8 / med[2]:6.1f}% {'':>10} {'':>7} "
                   f"{med[1] / med[2]:6.2f}x", flush=True)
-        del c, pages, deq, run_ours, run_fm, fns
+        del c, pages, deq, run_fm, fns
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
