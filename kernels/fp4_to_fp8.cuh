@@ -75,111 +75,185 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_
 }
 
 // One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
-// page of 64 tokens), in kShares shares of 64 threads: this thread converts token T, every
-// kShares-th of its 32-value groups and RoPE chunks from h (its share) on; share 0 writes the
-// token's scale.
-// Addresses: the layouts' section_byte (quant/fp8_cache_layout.hpp) with the per-token parts
+// page of 64 tokens), in kShares shares of 64 threads: thread (T, h) converts token T's groups
+// h, h + kShares, ... and its RoPE chunks kShares - 1 - h, 2 kShares - 1 - h, ... (the shares that
+// have one group fewer take the extra RoPE chunks); share 0 writes the token's scale.
+// A thread's offsets inside both tiles are the same for every tile, so they are computed once
+// (the constructor) and a tile's conversion is loads, tables, permutes and stores: recomputed
+// per tile, the addresses were about a quarter of the conversion's instructions (docs/gpu-notes.md,
+// session 24). The layouts' section_byte (quant/fp8_cache_layout.hpp), with the per-token parts
 // hoisted: in a section of w-byte rows (w <= 128, a power of two), byte x < w of token T sits at
 // T w + (x ^ sw), sw = (((T w) >> 7) & (w / 16 - 1)) << 4 the token's swizzle, the same for every
 // chunk of the row; wider rows are blocks of 128 (64 rows each). 32-bit offsets: the layouts'
 // size_t arithmetic cost as many instructions as the conversion itself.
-template <int DC, int DR, int kShares>
-__device__ __forceinline__ void fp4_tile_to_fp8(const unsigned char* raw, unsigned char* dst, int T, int h) {
-  const quant::Fp4CacheLayout l4{64, DC, DR};
-  const quant::Fp8CacheLayout l8{64, DC, DR};
-  constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
-  constexpr uint32_t kCW = DC / 2 < 128 ? DC / 2 : 128, kRW = 2 * DR, kSR = DC / 32;  // row widths
-  const uint32_t t = static_cast<uint32_t>(T);
-  const uint32_t code_sw = (((t * kCW) >> 7) & (kCW / 16 - 1)) << 4, lat_sw = (t & 7) << 4;
-  const uint32_t rope_sw = (((t * kRW) >> 7) & (kRW / 16 - 1)) << 4;
-  // The token's scale row is plain (rows of 4-16 bytes: no swizzle), aligned to its size (the
-  // section starts at 64 code rows of a 128-byte aligned tile). One vector load: a warp's 32 rows
-  // are then one contiguous run, where word loads hit each bank kGroups / 4 times.
-  const unsigned char* srow = raw + static_cast<uint32_t>(l4.scale_offset()) + t * kSR;
-  ScaleRow<kGroups> sr;
-  if constexpr (kGroups == 16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(srow);
-    sr.w[0] = v.x, sr.w[1] = v.y, sr.w[2] = v.z, sr.w[3] = v.w;
-  } else if constexpr (kGroups == 8) {
-    const uint2 v = *reinterpret_cast<const uint2*>(srow);
-    sr.w[0] = v.x, sr.w[1] = v.y;
-  } else {
-    sr.w[0] = *reinterpret_cast<const uint32_t*>(srow);
+template <int DC, int DR, int kShares, bool kKeepOffsets = true>
+struct Fp4TileConverter {
+  static constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
+  static constexpr int kTrips = (kGroups + kShares - 1) / kShares;  // groups of the busiest share
+  static constexpr int kRopeTrips = (kRopeChunks + kShares - 1) / kShares;
+  static constexpr uint32_t kCW = DC / 2 < 128 ? DC / 2 : 128, kRW = 2 * DR, kSR = DC / 32;  // row widths
+  static constexpr uint32_t kRawScale = quant::Fp4CacheLayout{64, DC, DR}.scale_offset();
+  static constexpr uint32_t kRawRope = quant::Fp4CacheLayout{64, DC, DR}.rope_offset();
+  static constexpr uint32_t kDstRope = quant::Fp8CacheLayout{64, DC, DR}.rope_offset();
+  static constexpr uint32_t kDstScale = quant::Fp8CacheLayout{64, DC, DR}.scale_offset();
+
+  // The thread's offsets in both tiles.
+  struct Offsets {
+    uint32_t code[kTrips];      // group h + k kShares's 16 code bytes in the raw tile (a valid group's where the share has none)
+    uint32_t lat[kTrips];       // its first 16 E4M3 bytes in the FP8 tile (the other 16 at lat ^ 16)
+    uint32_t rope[kRopeTrips];  // RoPE chunk kShares (m + 1) - 1 - h of the token, inside the section (both layouts)
+    uint32_t srow;              // the token's scale row in the raw tile (group c's byte at srow + c)
+  };
+
+  int T, h;
+  // kKeepOffsets: computed once, in registers for the converter's life; otherwise every tile
+  // (the 64-row kernel's P.V warps hold 128 accumulators: kept, they spilled).
+  Offsets kept;
+
+  // Group k of this share exists (the last trip is partial when kShares does not divide kGroups;
+  // trips every share has are constant true).
+  __device__ __forceinline__ bool has_group(int k) const {
+    return (k + 1) * kShares <= kGroups || h + k * kShares < kGroups;
   }
-  const uint32_t bmax = sr.max_byte();
-  const bool poison = bmax == quant::kFp4PoisonScale;
-  const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
-  const unsigned char* craw = raw + t * kCW;
-  unsigned char* ldst = dst + t * 128;
-  // Every group of the share in flight at once where a share has at most three (the narrow
-  // kernel's six shares); two at a time otherwise (the 64-row kernel's P.V warps hold 128
-  // accumulators beside the conversion). A chunk of groups is one basic block: all its loads
-  // first, the tables, then the conversions and stores (with a branch a group for the rare cases
-  // the route ran 2-4% slower, docs/gpu-notes.md session 22): a poisoned token's codes are
-  // selected to 0 (every table maps code 0 to byte 0), a group past the share's last is loaded
-  // from a valid row and not stored, and the tables of groups more than 11 octaves below the
-  // token's largest (k < -5: rounded products) are redone in one branch a chunk, taken only by a
-  // thread that has one; it reads their scale bytes again rather than keep the exponents live.
-  constexpr int kTrips = (kGroups + kShares - 1) / kShares;
-  constexpr int kChunk = kTrips <= 3 ? kTrips : 2;
+  __device__ __forceinline__ bool has_rope(int m) const {
+    return (m + 1) * kShares <= kRopeChunks || kShares * (m + 1) - 1 - h < kRopeChunks;
+  }
+
+  __device__ __forceinline__ Fp4TileConverter(int T_, int h_) : T(T_), h(h_) {
+    if constexpr (kKeepOffsets) {
 #pragma unroll
-  for (int k0 = 0; k0 < kTrips; k0 += kChunk) {
-    auto group = [&](int j) { return min(h + (k0 + j) * kShares, kGroups - 1); };  // a valid group
-    auto table_exp = [&](int c) { return static_cast<int>(srow[c]) - 127 - e + 6; };
-    uint4 codes[kChunk];
-    uint32_t t0[kChunk], t1[kChunk];
-    bool rare = false;
+      for (int k = 0; k < kTrips; ++k) kept.code[k] = code_of(k), kept.lat[k] = lat_of(k);
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      const int c = group(j);
-      const uint32_t ci = 16 * static_cast<uint32_t>(c);
-      codes[j] = *reinterpret_cast<const uint4*>(craw + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw));
-      const int kx = table_exp(c);
-      e2m1_e4m3_tables_exact(kx, t0[j], t1[j]);
-      rare |= kx < -5;
-      if (poison) codes[j] = make_uint4(0u, 0u, 0u, 0u);
+      for (int m = 0; m < kRopeTrips; ++m) kept.rope[m] = rope_of(m);
+      kept.srow = srow_of();
+      // Opaque to the optimiser: otherwise it recomputes them from T and h in every tile.
+#pragma unroll
+      for (int k = 0; k < kTrips; ++k) asm("" : "+r"(kept.code[k]), "+r"(kept.lat[k]));
+#pragma unroll
+      for (int m = 0; m < kRopeTrips; ++m) asm("" : "+r"(kept.rope[m]));
+      asm("" : "+r"(kept.srow));
     }
-    if (rare)
+  }
+
+  // The offsets: computed (the *_of functions), or read from kept (the *_at functions, which
+  // compute each where it is used when nothing is kept).
+  __device__ __forceinline__ uint32_t code_of(int k) const {
+    const uint32_t t = static_cast<uint32_t>(T), code_sw = (((t * kCW) >> 7) & (kCW / 16 - 1)) << 4;
+    const uint32_t ci = 16 * static_cast<uint32_t>(min(h + k * kShares, kGroups - 1));
+    return t * kCW + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw);
+  }
+  __device__ __forceinline__ uint32_t lat_of(int k) const {
+    // bytes li and li + 16 of the row: li % 128 is a multiple of 32, so the second chunk is the
+    // first's with bit 4 set, after the swizzle as before it
+    const uint32_t t = static_cast<uint32_t>(T), lat_sw = (t & 7) << 4;
+    const uint32_t li = 32 * static_cast<uint32_t>(min(h + k * kShares, kGroups - 1));
+    return t * 128 + (li / 128) * 8192 + ((li % 128) ^ lat_sw);
+  }
+  __device__ __forceinline__ uint32_t rope_of(int m) const {
+    const uint32_t t = static_cast<uint32_t>(T), rope_sw = (((t * kRW) >> 7) & (kRW / 16 - 1)) << 4;
+    const uint32_t q = static_cast<uint32_t>(min(kShares * (m + 1) - 1 - h, kRopeChunks - 1));
+    return t * kRW + ((16 * q) ^ rope_sw);
+  }
+  __device__ __forceinline__ uint32_t srow_of() const { return kRawScale + static_cast<uint32_t>(T) * kSR; }
+  __device__ __forceinline__ uint32_t code_at(int k) const { return kKeepOffsets ? kept.code[k] : code_of(k); }
+  __device__ __forceinline__ uint32_t lat_at(int k) const { return kKeepOffsets ? kept.lat[k] : lat_of(k); }
+  __device__ __forceinline__ uint32_t rope_at(int m) const { return kKeepOffsets ? kept.rope[m] : rope_of(m); }
+  __device__ __forceinline__ uint32_t srow_at() const { return kKeepOffsets ? kept.srow : srow_of(); }
+
+  // The tile at raw -> dst. Codes, tables and stores as described above; a warp holding a
+  // poisoned token (a scale byte 255: every code selected to 0, RoPE zeros, scale NaN) takes the
+  // same code with those selects, the others none (they were ~10% of the conversion).
+  __device__ __forceinline__ void operator()(const unsigned char* raw, unsigned char* dst) const {
+    // The token's scale row is plain (rows of 4-16 bytes: no swizzle), aligned to its size (the
+    // section starts at 64 code rows of a 128-byte aligned tile). One vector load: a warp's 32 rows
+    // are then one contiguous run, where word loads hit each bank kGroups / 4 times.
+    const unsigned char* sp = raw + srow_at();
+    ScaleRow<kGroups> sr;
+    if constexpr (kGroups == 16) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sp);
+      sr.w[0] = v.x, sr.w[1] = v.y, sr.w[2] = v.z, sr.w[3] = v.w;
+    } else if constexpr (kGroups == 8) {
+      const uint2 v = *reinterpret_cast<const uint2*>(sp);
+      sr.w[0] = v.x, sr.w[1] = v.y;
+    } else {
+      sr.w[0] = *reinterpret_cast<const uint32_t*>(sp);
+    }
+    const uint32_t bmax = sr.max_byte();
+    const bool poison = bmax == quant::kFp4PoisonScale;
+    const int e = max(static_cast<int>(bmax) - 127, quant::kFp4ToFp8MinExponent);
+    if (__any_sync(0xffffffffu, poison))
+      convert<true>(raw, dst, sp, e, poison);
+    else
+      convert<false>(raw, dst, sp, e, false);
+  }
+
+ private:
+  template <bool kPoison>
+  __device__ __forceinline__ void convert(const unsigned char* raw, unsigned char* dst, const unsigned char* sp, int e,
+                                          bool poison) const {
+    // Every group of the share in flight at once where a share has at most three (the narrow
+    // kernel's six shares); two at a time otherwise (the 64-row kernel's P.V warps hold 128
+    // accumulators beside the conversion). A chunk of groups is one basic block: all its loads
+    // first, the tables, then the conversions and stores (with a branch a group for the rare cases
+    // the route ran 2-4% slower, docs/gpu-notes.md session 22): a poisoned token's codes are
+    // selected to 0 (every table maps code 0 to byte 0), a share's missing last group is loaded
+    // from a valid row and neither converted nor stored, and the tables of groups more than 11
+    // octaves below the token's largest (k < -5: rounded products) are redone in one branch a
+    // chunk, taken only by a thread that has one; it reads their scale bytes again rather than
+    // keep the exponents live.
+    constexpr int kChunk = kTrips <= 3 ? kTrips : 2;
+    const unsigned char* sh = sp + h;  // group h + k kShares's scale byte at sh + k kShares
+#pragma unroll
+    for (int k0 = 0; k0 < kTrips; k0 += kChunk) {
+      auto table_exp = [&](int k) { return static_cast<int>(sh[k * kShares]) - 127 - e + 6; };
+      uint4 codes[kChunk];
+      uint32_t t0[kChunk], t1[kChunk];
+      bool rare = false;
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
-        const int kx = table_exp(group(j));
-        if (kx < -5) e2m1_e4m3_tables(kx, t0[j], t1[j]);
+        const int k = k0 + j;
+        codes[j] = *reinterpret_cast<const uint4*>(raw + code_at(k));
+        const int kx = table_exp(k);
+        e2m1_e4m3_tables_exact(kx, t0[j], t1[j]);
+        rare |= kx < -5 && has_group(k);
+        if (kPoison && poison) codes[j] = make_uint4(0u, 0u, 0u, 0u);
       }
+      if (rare)
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      const int c = h + (k0 + j) * kShares;
-      const uint2 a = e2m1x8_to_e4m3(codes[j].x, t0[j], t1[j]), b = e2m1x8_to_e4m3(codes[j].y, t0[j], t1[j]);
-      const uint2 cc = e2m1x8_to_e4m3(codes[j].z, t0[j], t1[j]), d = e2m1x8_to_e4m3(codes[j].w, t0[j], t1[j]);
-      // bytes li and li + 16 of the row: li % 128 is a multiple of 32, so the second chunk is the
-      // first's with bit 4 set, after the swizzle as before it
-      const uint32_t li = 32 * static_cast<uint32_t>(c);
-      const uint32_t lo = (li / 128) * 8192 + ((li % 128) ^ lat_sw);
-      if (c < kGroups) {
-        *reinterpret_cast<uint4*>(ldst + lo) = make_uint4(a.x, a.y, b.x, b.y);
-        *reinterpret_cast<uint4*>(ldst + (lo ^ 16u)) = make_uint4(cc.x, cc.y, d.x, d.y);
+        for (int j = 0; j < kChunk; ++j) {
+          const int kx = table_exp(k0 + j);
+          if (kx < -5) e2m1_e4m3_tables(kx, t0[j], t1[j]);
+        }
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        const int k = k0 + j;
+        if (!has_group(k)) continue;
+        const uint2 a = e2m1x8_to_e4m3(codes[j].x, t0[j], t1[j]), b = e2m1x8_to_e4m3(codes[j].y, t0[j], t1[j]);
+        const uint2 cc = e2m1x8_to_e4m3(codes[j].z, t0[j], t1[j]), d = e2m1x8_to_e4m3(codes[j].w, t0[j], t1[j]);
+        *reinterpret_cast<uint4*>(dst + lat_at(k)) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4*>(dst + (lat_at(k) ^ 16u)) = make_uint4(cc.x, cc.y, d.x, d.y);
       }
     }
-  }
-  // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
-  const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
-  const unsigned char* rraw = raw + static_cast<uint32_t>(l4.rope_offset()) + t * kRW;
-  unsigned char* rdst = dst + static_cast<uint32_t>(l8.rope_offset()) + t * kRW;
+    // RoPE: the same 16-byte chunk positions in both layouts (same row width, same swizzle).
+    const float up = __int_as_float((127 + 6 - e) << 23);  // 2^(6 - e), 6 - e in [-121, 46]
 #pragma unroll
-  for (int q = h; q < kRopeChunks; q += kShares) {
-    const uint32_t ro = (16 * static_cast<uint32_t>(q)) ^ rope_sw;
-    uint4 v = *reinterpret_cast<const uint4*>(rraw + ro);
-    uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    for (int m = 0; m < kRopeTrips; ++m) {
+      if (!has_rope(m)) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(raw + kRawRope + rope_at(m));
+      uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float lo = __uint_as_float(w[k] << 16) * up, hi = __uint_as_float(w[k] & 0xFFFF0000u) * up;
-      w[k] = poison ? 0u : detail::pack_bf16(lo, hi);
+      for (int i = 0; i < 4; ++i) {
+        const float lo = __uint_as_float(w[i] << 16) * up, hi = __uint_as_float(w[i] & 0xFFFF0000u) * up;
+        w[i] = kPoison && poison ? 0u : detail::pack_bf16(lo, hi);
+      }
+      *reinterpret_cast<uint4*>(dst + kDstRope + rope_at(m)) = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    *reinterpret_cast<uint4*>(rdst + ro) = make_uint4(w[0], w[1], w[2], w[3]);
+    if (h == 0)
+      *reinterpret_cast<float*>(dst + kDstScale + 4 * static_cast<uint32_t>(T)) =
+          kPoison && poison ? __uint_as_float(quant::kFp8PoisonScaleBits)
+                            : __int_as_float((127 + e - 6) << 23);  // e - 6 >= -46
   }
-  if (h == 0)
-    *reinterpret_cast<float*>(dst + static_cast<uint32_t>(l8.scale_offset()) + 4 * t) =
-        poison ? __uint_as_float(quant::kFp8PoisonScaleBits) : __int_as_float((127 + e - 6) << 23);  // e - 6 >= -46
-}
+};
 
 // The FP4 tiles' raw copies for the narrow and 64-row kernels (one thread): walks the part's
 // tiles and keeps R of them in flight in the raw ring (raw_full[r] = rbar + 8 r with the copies'
@@ -238,25 +312,26 @@ struct Fp4RawProducer {
   }
 };
 
-// Tile `it` of the part (raw ring slot it % R) into FP8 stage it % S, by kShares shares of 64
-// threads (this thread: token T of share h): waits for the raw tile and for the stage to be free
-// (empty[s] = bar0 + 8 (S + s)), converts, and each warp arrives on full[s] = bar0 + 8 s and on
-// the raw slot's empty barrier (counts: 2 kShares warps). Share 0's token 0 writes the stage's
-// valid count.
-template <int DC, int DR, int S, int R, int kShares>
-__device__ __forceinline__ void convert_fp4_tile(int it, unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
+// Tile `it` of the part (raw ring slot it % R) into FP8 stage it % S, by the kShares shares of
+// 64 threads of conv (this thread: token conv.T of share conv.h): waits for the raw tile and for
+// the stage to be free (empty[s] = bar0 + 8 (S + s)), converts, and each warp arrives on full[s] =
+// bar0 + 8 s and on the raw slot's empty barrier (counts: 2 kShares warps). Share 0's token 0
+// writes the stage's valid count.
+template <int DC, int DR, int S, int R, class Conv>
+__device__ __forceinline__ void convert_fp4_tile(const Conv& conv, int it,
+                                                 unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
                                                  uint32_t sValid, const unsigned char* gRaw, uint32_t rbar,
-                                                 uint32_t rValid, int T, int h) {
+                                                 uint32_t rValid) {
   const uint32_t raw_bytes = static_cast<uint32_t>(quant::Fp4CacheLayout{64, DC, DR}.page_bytes());
   const int stage = it % S, r = it % R;
   detail::mbar_wait(rbar + 8 * r, (it / R) & 1);                  // raw tile landed
   detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free
   const uint32_t valid = lds32(rValid + 4 * r);
-  if (valid > 0) fp4_tile_to_fp8<DC, DR, kShares>(gRaw + r * raw_bytes, gSt + stage * stage_bytes, T, h);
-  if (T == 0 && h == 0) sts32(sValid + 4 * stage, valid);
+  if (valid > 0) conv(gRaw + r * raw_bytes, gSt + stage * stage_bytes);
+  if (conv.T == 0 && conv.h == 0) sts32(sValid + 4 * stage, valid);
   detail::fence_proxy_async();  // the stage is read by wgmma (async proxy)
   __syncwarp();
-  if ((T & 31) == 0) {
+  if ((conv.T & 31) == 0) {
     detail::mbar_arrive(bar0 + 8 * stage);    // this warp's share of the FP8 tile is written
     detail::mbar_arrive(rbar + 8 * (R + r));  // and it is done with the raw slot
   }

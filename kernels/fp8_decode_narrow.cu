@@ -139,11 +139,14 @@ __global__ void __launch_bounds__(kNThreads, 1)
   // S + softmax chain the P.V warps wait on, does not): the P.V warps tile it + kConvAhead before
   // their work on tile it (the stage it reuses, it + kConvAhead - kS = it - 1, is released by
   // then), warpgroup 3 every tile in turn.
-  auto convert_tile = [&](int i) {
+  // The thread's converter (its offsets in both tiles) is made where its loop starts, so its
+  // registers are not live through the other roles' code (made before the role split, they spilled).
+  using Conv = Fp4TileConverter<DC, DR, kConvShares>;
+  auto make_conv = [&] { return Conv(threadIdx.x & 63, (static_cast<int>(threadIdx.x) - kConvFirst) / 64); };
+  auto convert_tile = [&](const Conv& conv, int i) {
     if constexpr (FP4)  // (instantiated only with the FP4 ring: its stage counts are 0 otherwise)
-      convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
-                                                    gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
-                                                    (threadIdx.x - kConvFirst) / 64);
+      convert_fp4_tile<DC, DR, S, C::kR>(conv, i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                         gbase + (sRaw - base), rbar, rValid);
   };
   // The converting warps' tile count. Computed by warpgroup 0 too: under a warp-dependent
   // condition ptxas serialised the P.V warpgroups' wgmmas (C7520).
@@ -153,12 +156,13 @@ __global__ void __launch_bounds__(kNThreads, 1)
     if constexpr (FP4) {
       detail::setmaxnreg_dec<kConverterRegs, kNThreads>();
       Fp4RawProducer<DC, DR, C::kR> prod(p, in, sRaw, rbar, rValid);
+      const Conv conv = make_conv();
       for (int i = 0; i < fp4_tiles; ++i) {
         MLA_TL(20);
         if (threadIdx.x == 384) prod.until(i + C::kR);
         __syncwarp();  // reconverge the copying warp, or it converts the tile twice (31 lanes, then 1)
         MLA_TL(21);
-        convert_tile(i);
+        convert_tile(conv, i);
         MLA_TL(22);
       }
     } else {
@@ -181,8 +185,10 @@ __global__ void __launch_bounds__(kNThreads, 1)
     detail::named_bar_arrive(kBarFree + 1, kConsumers);
   }
   if constexpr (FP4)
-    if (wg > 0)
-      for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(i);
+    if (wg > 0) {
+      const Conv conv = make_conv();
+      for (int i = 0; i < C::kConvAhead && i < fp4_tiles; ++i) convert_tile(conv, i);
+    }
   int split = in[4];
   int it = 0, pass = 0;  // running tile and softmax pass (P^T buffer pass & 1)
   int merge_b0 = -1, merge_b1 = -1;  // the requests this CTA merges (warpgroups 1-2)
@@ -422,10 +428,11 @@ __global__ void __launch_bounds__(kNThreads, 1)
       for (int mb = 0; mb < NB; ++mb)
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) acc[mb][i] = 0.f;
+      const Conv conv = make_conv();  // (a segment's; dead code for an FP8 cache)
       for (int ti = t; ti < stop; ++ti, ++it) {
         MLA_TL(10);
         if constexpr (FP4)
-          if (it + C::kConvAhead < fp4_tiles) convert_tile(it + C::kConvAhead);
+          if (it + C::kConvAhead < fp4_tiles) convert_tile(conv, it + C::kConvAhead);
         MLA_TL(11);
         // the tile's slot in warpgroup 0's pass (passes pair the request's tiles from t on)
         const int slot = (ti - t) % kPass;

@@ -216,11 +216,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     detail::setmaxnreg_inc<kPvRegs, kThreads>();
     // FP4: tile i of the part from the raw ring into its FP8 stage: tiles 0 .. kS - 1 first, then
     // tile it + kS after the P.V of tile it (which both consumer roles have released by then).
+    // (The converter made at each call, its offsets computed every tile: beside 128 accumulators
+    // a converter kept through the loop spilled.)
     auto convert_tile = [&](int i) {
+      const Fp4TileConverter<DC, DR, kConvShares, false> conv(threadIdx.x & 63, (static_cast<int>(threadIdx.x) - kConvFirst) / 64);
       if constexpr (FP4)
-        convert_fp4_tile<DC, DR, S, C::kR, kConvShares>(i, gbase + (sSt - base), C::kStage, bar0, sValid,
-                                                      gbase + (sRaw - base), rbar, rValid, threadIdx.x & 63,
-                                                      (threadIdx.x - kConvFirst) / 64);
+        convert_fp4_tile<DC, DR, S, C::kR>(conv, i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                           gbase + (sRaw - base), rbar, rValid);
     };
     const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
     if constexpr (FP4)

@@ -36,14 +36,14 @@ MLA_FP8_HD inline size_t kv4_section_byte(size_t base, int page_size, int row_by
 struct Fp4CacheLayout {
   int page_size = 64, d_c = 512, d_r = 64;
 
-  MLA_FP8_HD int code_row_bytes() const { return d_c / 2; }
-  MLA_FP8_HD int scale_row_bytes() const { return d_c / kFp4CacheGroup; }
-  MLA_FP8_HD size_t bytes_per_token() const {
+  MLA_FP8_HD constexpr int code_row_bytes() const { return d_c / 2; }
+  MLA_FP8_HD constexpr int scale_row_bytes() const { return d_c / kFp4CacheGroup; }
+  MLA_FP8_HD constexpr size_t bytes_per_token() const {
     return static_cast<size_t>(code_row_bytes()) + scale_row_bytes() + 2 * static_cast<size_t>(d_r);
   }
-  MLA_FP8_HD size_t page_bytes() const { return bytes_per_token() * page_size; }
-  MLA_FP8_HD size_t scale_offset() const { return static_cast<size_t>(page_size) * code_row_bytes(); }
-  MLA_FP8_HD size_t rope_offset() const { return scale_offset() + static_cast<size_t>(page_size) * scale_row_bytes(); }
+  MLA_FP8_HD constexpr size_t page_bytes() const { return bytes_per_token() * page_size; }
+  MLA_FP8_HD constexpr size_t scale_offset() const { return static_cast<size_t>(page_size) * code_row_bytes(); }
+  MLA_FP8_HD constexpr size_t rope_offset() const { return scale_offset() + static_cast<size_t>(page_size) * scale_row_bytes(); }
   // Byte i (< d_c/2) of token t's codes: values 2i (low nibble) and 2i+1 (high nibble).
   MLA_FP8_HD size_t code_byte(int t, int i) const { return kv4_section_byte(0, page_size, code_row_bytes(), t, i); }
   // The UE8M0 byte of group k (values [32k, 32k + 32)) of token t.
@@ -59,11 +59,11 @@ struct Fp4CacheLayout {
 struct CodebookCacheLayout {
   int page_size = 64, d_c = 512, d_r = 64;
 
-  MLA_FP8_HD int code_row_bytes() const { return d_c / 2; }
-  MLA_FP8_HD size_t bytes_per_token() const { return static_cast<size_t>(code_row_bytes()) + 4 + 2 * static_cast<size_t>(d_r); }
-  MLA_FP8_HD size_t page_bytes() const { return bytes_per_token() * page_size; }
-  MLA_FP8_HD size_t scale_offset() const { return static_cast<size_t>(page_size) * code_row_bytes(); }
-  MLA_FP8_HD size_t rope_offset() const { return scale_offset() + 4 * static_cast<size_t>(page_size); }
+  MLA_FP8_HD constexpr int code_row_bytes() const { return d_c / 2; }
+  MLA_FP8_HD constexpr size_t bytes_per_token() const { return static_cast<size_t>(code_row_bytes()) + 4 + 2 * static_cast<size_t>(d_r); }
+  MLA_FP8_HD constexpr size_t page_bytes() const { return bytes_per_token() * page_size; }
+  MLA_FP8_HD constexpr size_t scale_offset() const { return static_cast<size_t>(page_size) * code_row_bytes(); }
+  MLA_FP8_HD constexpr size_t rope_offset() const { return scale_offset() + 4 * static_cast<size_t>(page_size); }
   MLA_FP8_HD size_t code_byte(int t, int i) const { return kv4_section_byte(0, page_size, code_row_bytes(), t, i); }
   // The fp32 scale of token t (4 bytes, little-endian).
   MLA_FP8_HD size_t scale_byte(int t) const { return scale_offset() + 4 * static_cast<size_t>(t); }

@@ -29,10 +29,10 @@ MLA_FP8_HD inline uint32_t fp8_swizzle(uint32_t a, int w) {
 struct Fp8CacheLayout {
   int page_size = 64, d_c = 512, d_r = 64;
 
-  MLA_FP8_HD size_t bytes_per_token() const { return static_cast<size_t>(d_c) + 2 * d_r + 4; }
-  MLA_FP8_HD size_t page_bytes() const { return bytes_per_token() * page_size; }
-  MLA_FP8_HD size_t rope_offset() const { return static_cast<size_t>(page_size) * d_c; }
-  MLA_FP8_HD size_t scale_offset() const { return rope_offset() + static_cast<size_t>(page_size) * 2 * d_r; }
+  MLA_FP8_HD constexpr size_t bytes_per_token() const { return static_cast<size_t>(d_c) + 2 * d_r + 4; }
+  MLA_FP8_HD constexpr size_t page_bytes() const { return bytes_per_token() * page_size; }
+  MLA_FP8_HD constexpr size_t rope_offset() const { return static_cast<size_t>(page_size) * d_c; }
+  MLA_FP8_HD constexpr size_t scale_offset() const { return rope_offset() + static_cast<size_t>(page_size) * 2 * d_r; }
   // Offset inside a page of byte i (< row_bytes) of token t's row in the section at `base`.
   MLA_FP8_HD static size_t section_byte(size_t base, int page_size, int row_bytes, int t, int i) {
     const int w = fp8_block_width(row_bytes);
