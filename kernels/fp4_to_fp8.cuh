@@ -74,18 +74,18 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_
   return make_uint2(lo | (slo & 0x80808080u), hi | (shi & 0x80808080u));
 }
 
-// One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8
-// page of 64 tokens), in kShares shares of 64 threads: thread (T, h) converts token T's groups
-// h, h + kShares, ... and its RoPE chunks kShares - 1 - h, 2 kShares - 1 - h, ... (the shares that
-// have one group fewer take the extra RoPE chunks); share 0 writes the token's scale.
-// A thread's offsets inside both tiles are the same for every tile, so they are computed once
-// (the constructor) and a tile's conversion is loads, tables, permutes and stores: recomputed
-// per tile, the addresses were about a quarter of the conversion's instructions (docs/gpu-notes.md,
-// session 24). The layouts' section_byte (quant/fp8_cache_layout.hpp), with the per-token parts
-// hoisted: in a section of w-byte rows (w <= 128, a power of two), byte x < w of token T sits at
-// T w + (x ^ sw), sw = (((T w) >> 7) & (w / 16 - 1)) << 4 the token's swizzle, the same for every
-// chunk of the row; wider rows are blocks of 128 (64 rows each). 32-bit offsets: the layouts'
-// size_t arithmetic cost as many instructions as the conversion itself.
+// One 64-token tile: raw (an FP4 page of 64 tokens, Fp4CacheLayout{64, DC, DR}) -> dst (an FP8 page of 64
+// tokens), in kShares shares of 64 threads: thread (T, h) converts token T's groups h, h + kShares, ... and
+// its RoPE chunks kShares - 1 - h, 2 kShares - 1 - h, ... (the shares that have one group fewer take the
+// extra RoPE chunks); share 0 writes the token's scale. A thread's offsets inside both tiles are the same
+// for every tile, so they are computed once (the constructor) and a tile's conversion is loads, tables,
+// permutes and stores. With the poison fast path and the rebalanced shares below, a narrow-kernel P.V
+// warp's conversion fell from ~348 to ~280 instructions a tile (docs/gpu-notes.md, session 24). The
+// layouts' section_byte (quant/fp8_cache_layout.hpp), with the per-token parts hoisted: in a section of
+// w-byte rows (w <= 128, a power of two), byte x < w of token T sits at T w + (x ^ sw), sw = (((T w) >> 7)
+// & (w / 16 - 1)) << 4 the token's swizzle, the same for every chunk of the row; wider rows are blocks of
+// 128 (64 rows each). 32-bit offsets: the layouts' size_t arithmetic cost as many instructions as the
+// conversion itself.
 template <int DC, int DR, int kShares, bool kKeepOffsets = true>
 struct Fp4TileConverter {
   static constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
@@ -99,7 +99,8 @@ struct Fp4TileConverter {
 
   // The thread's offsets in both tiles.
   struct Offsets {
-    uint32_t code[kTrips];      // group h + k kShares's 16 code bytes in the raw tile (a valid group's where the share has none)
+    uint32_t code[kTrips];      // group h + k kShares's 16 code bytes in the raw tile (a valid group's
+                                // where the share has none)
     uint32_t lat[kTrips];       // its first 16 E4M3 bytes in the FP8 tile (the other 16 at lat ^ 16)
     uint32_t rope[kRopeTrips];  // RoPE chunk kShares (m + 1) - 1 - h of the token, inside the section (both layouts)
     uint32_t srow;              // the token's scale row in the raw tile (group c's byte at srow + c)
@@ -162,7 +163,7 @@ struct Fp4TileConverter {
 
   // The tile at raw -> dst. Codes, tables and stores as described above; a warp holding a
   // poisoned token (a scale byte 255: every code selected to 0, RoPE zeros, scale NaN) takes the
-  // same code with those selects, the others none (they were ~10% of the conversion).
+  // same code with those selects, the others none (~20 instructions a thread a tile).
   __device__ __forceinline__ void operator()(const unsigned char* raw, unsigned char* dst) const {
     // The token's scale row is plain (rows of 4-16 bytes: no swizzle), aligned to its size (the
     // section starts at 64 code rows of a 128-byte aligned tile). One vector load: a warp's 32 rows
