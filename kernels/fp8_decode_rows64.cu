@@ -277,6 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         detail::named_bar_arrive(kBarFree + pb, kConsumers);
         if constexpr (FP4)  // into the stage this tile left
           if (it + S < fp4_tiles) convert_tile(it + S);
+        MLA_TL(18);  // FP4: tile it + kS converted
       }
       // ---- store: bf16 output (one split) or the split's fp32 partial + LSE ----
       detail::named_bar_sync(kBarFin, kConsumers);

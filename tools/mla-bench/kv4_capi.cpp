@@ -160,6 +160,11 @@ int mla_kv4_capi_narrow_timeline(void* host, void* stream, char* err, size_t err
   return MLA_CAPI_READ_TIMELINE(mla::kernels::fp8::narrow_timeline);
 }
 
+// The same for the 64-row FP8 split kernel (route 1 at > 32 rows): timeline.py --kernel fp4-rows64.
+int mla_kv4_capi_rows64_timeline(void* host, void* stream, char* err, size_t err_len) {
+  return MLA_CAPI_READ_TIMELINE(mla::kernels::fp8::rows64_timeline);
+}
+
 // FP4 pages rewritten as FP8 pages with the same ids (quant::fp4_cache_to_fp8: the FP8 route's
 // twin is the FP8 decode twin on them, mla_fp8_capi_twin).
 int mla_kv4_capi_fp4_to_fp8_twin(const void* cache, int num_pages, int page_size, int d_c, int d_r, void* fp8_cache,

@@ -25,7 +25,10 @@ bounded by wgmma waits or mbarrier waits are not affected.
   warpgroup 0 (S and the softmax): 0 tile start, 1 the tile landed, 2 S done, 3 softmax inputs read
   (stage released), 4 softmax, 5 P buffer free, 6 P handed over; warpgroup 1 (P.V over half of
   d_c): 10 tile start, 11 the tile landed, 12 V^T fragments of k-step 0, 13 P8 of the tile,
-  14 O rescaled, 15 k-step 0's P.V done, 16 V^T fragments of k-step 1, 17 k-step 1's P.V done.
+  14 O rescaled, 15 k-step 0's P.V done, 16 V^T fragments of k-step 1, 17 k-step 1's P.V done,
+  18 (FP4 pages) its share of tile it + kS converted.
+--kernel fp4-rows64 (the same kernel on FP4 pages, the FP4 cache's FP8 route at > 32 rows;
+  libmla_kv4_capi.so): the same events.
 --kernel fp8-narrow / fp4-narrow (the FP8 narrow kernel, <= 32 query rows, fp8_decode_narrow.cu, on FP8
   pages from libmla_fp8_capi.so or on FP4 pages, the FP4 cache's FP8 route, from libmla_kv4_capi.so;
   pass --heads 16 or 32): warpgroup 0 (S and the softmax, a pass of two tiles on FP8 pages, one on FP4
@@ -70,7 +73,7 @@ NAMES = {
     "fp8-rows64": {0: "tile start", 1: "tile landed", 2: "S done", 3: "softmax inputs read", 4: "softmax",
                    5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "tile landed",
                    12: "V^T fragments, k-step 0", 13: "P8 of the tile", 14: "O rescaled", 15: "k-step 0 P.V done",
-                   16: "V^T fragments, k-step 1", 17: "k-step 1 P.V done"},
+                   16: "V^T fragments, k-step 1", 17: "k-step 1 P.V done", 18: "FP4: tile it + kS converted"},
     "flashmla": {0: "pair start (S0 done)", 1: "softmax 0, factors out", 2: "P0 V0L issued (RS)", 3: "P0 V0L done",
                  4: "block 1's factors", 5: "P0 rescaled, stored", 6: "wg1 issued P0 V0R", 7: "P1 V1L issued (SS)",
                  8: "P1 V1L done", 9: "next S0 issued", 10: "pair start (S1 done)", 11: "block 0's factors",
@@ -82,16 +85,18 @@ NAMES = {
                    20: "tile start", 21: "raw copies issued", 22: "tile converted"},
 }
 NAMES["fp4-narrow"] = NAMES["fp8-narrow"]
+NAMES["fp4-rows64"] = NAMES["fp8-rows64"]
 # The C API function that reads each kernel's events.
 READER = {"v6": "mla_decode_capi_timeline", "fp8-rows64": "mla_fp8_capi_timeline", "flashmla": "mla_fm_timeline",
-          "fp8-narrow": "mla_fp8_capi_narrow_timeline", "fp4-narrow": "mla_kv4_capi_narrow_timeline"}
+          "fp8-narrow": "mla_fp8_capi_narrow_timeline", "fp4-narrow": "mla_kv4_capi_narrow_timeline",
+          "fp4-rows64": "mla_kv4_capi_rows64_timeline"}
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", choices=sorted(READER), default="v6")
     ap.add_argument("--lib", help="libmla_decode_capi.so (v6), libmla_fp8_capi.so (fp8-rows64, fp8-narrow) or "
-                    "libmla_kv4_capi.so (fp4-narrow) built with "
+                    "libmla_kv4_capi.so (fp4-narrow, fp4-rows64) built with "
                     "-DMLA_TIMELINE=ON; for flashmla the patched flash_mla.cuda extension (default: the imported one)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--heads", type=int, default=128)
@@ -193,7 +198,7 @@ def main():
 
         if args.kernel == "v6":
             run, parts = Ours(args.lib).prepare(case, 0)
-        elif args.kernel == "fp4-narrow":  # FP4 pages of case's shape, decoded by the FP8 route (route 1)
+        elif args.kernel in ("fp4-narrow", "fp4-rows64"):  # FP4 pages of case's shape, the FP8 route (route 1)
             from peer_kv4 import Ours as Kv4Ours, pack_pages
             pages, _, levels = pack_pages(case, "fp4", torch.Generator(device="cuda").manual_seed(5000))
             run, parts = Kv4Ours(args.lib).prepare(case, "fp4", pages, levels, route=1)
@@ -211,7 +216,7 @@ def main():
     if not per_warp[0] or not per_warp[4]:
         sys.exit(f"timeline: no events recorded for {case.name}: the call did not run the {args.kernel} kernel "
                  "(v6: > 16 query rows outside the TPLA-slice path; fp8-rows64: > 32 query rows outside the "
-                 "TPLA-slice path; fp8-narrow / fp4-narrow: <= 32 query rows (--heads 16); see docs/kernels.md; flashmla: a FlashMLA without the events)")
+                 "TPLA-slice path, fp4-rows64 likewise on FP4 pages; fp8-narrow / fp4-narrow: <= 32 query rows (--heads 16); see docs/kernels.md; flashmla: a FlashMLA without the events)")
     names = NAMES[args.kernel]
     report = {"device": torch.cuda.get_device_name(), "kernel": args.kernel, "shape": case.name, "parts": parts,
               "warpgroup0": summary(per_warp[0], 0, names), "warpgroup1": summary(per_warp[4], 10, names)}
