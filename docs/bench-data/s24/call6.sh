@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 24, call 6: the 64-row kernel's FP4 conversion under k-step 1's wgmmas
-# against the tree before it (HEAD; .carry/s24D.patch = git diff
-# HEAD -- kernels lib): the FP8 route of the FP4 cache at the 64-row shapes, alternated
+# against the tree before it (e29c882; .carry/s24D.patch = git diff
+# e29c882 -- kernels lib): the FP8 route of the FP4 cache at the 64-row shapes, alternated
 # processes; the FP8 and 4-bit GPU tests first.
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}; mkdir -p "$OUT"
