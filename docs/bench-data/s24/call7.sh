@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 24, call 7: every GPU test of the final tree (ctest -L gpu), with the Python package's C API
 # libraries built too (session 22's call 6 built the test binaries alone, so the two package checks
-# could not find them). On two GPUs where the machine has them (test_multi_device_gpu's ranks then
+# could not find them). On one H200 (the multi-device test's two-GPU cases skip; session 23 ran them on two).
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}; mkdir -p "$OUT"
 T0=$(date +%s)
