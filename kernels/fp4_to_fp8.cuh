@@ -111,13 +111,33 @@ struct Fp4TileConverter {
   // (the 64-row kernel's P.V warps hold 128 accumulators: kept, they spilled).
   Offsets kept;
 
-  // Group k of this share exists (the last trip is partial when kShares does not divide kGroups;
-  // trips every share has are constant true).
+  // Share h's k-th group and m-th RoPE chunk (they exist below kGroups / kRopeChunks), and a
+  // compile-time check that the shares cover every group and chunk of a token exactly once.
+  static constexpr int group_of(int h, int k) { return h + k * kShares; }
+  static constexpr int rope_chunk_of(int h, int m) { return kShares * (m + 1) - 1 - h; }
+  static constexpr bool covers_each_once() {
+    int groups[kGroups] = {}, chunks[kRopeChunks] = {};
+    for (int s = 0; s < kShares; ++s) {
+      for (int k = 0; k < kTrips; ++k)
+        if (group_of(s, k) < kGroups) ++groups[group_of(s, k)];
+      for (int m = 0; m < kRopeTrips; ++m)
+        if (rope_chunk_of(s, m) >= 0 && rope_chunk_of(s, m) < kRopeChunks) ++chunks[rope_chunk_of(s, m)];
+    }
+    for (int g : groups)
+      if (g != 1) return false;
+    for (int c : chunks)
+      if (c != 1) return false;
+    return true;
+  }
+  static_assert(covers_each_once(), "fp4 conversion: the shares must write every group and RoPE chunk once");
+
+  // Group k / chunk m of this share exists (the last trip is partial where kShares does not divide
+  // the count; trips every share has are constant true).
   __device__ __forceinline__ bool has_group(int k) const {
-    return (k + 1) * kShares <= kGroups || h + k * kShares < kGroups;
+    return (k + 1) * kShares <= kGroups || group_of(h, k) < kGroups;
   }
   __device__ __forceinline__ bool has_rope(int m) const {
-    return (m + 1) * kShares <= kRopeChunks || kShares * (m + 1) - 1 - h < kRopeChunks;
+    return (m + 1) * kShares <= kRopeChunks || rope_chunk_of(h, m) < kRopeChunks;
   }
 
   __device__ __forceinline__ Fp4TileConverter(int T_, int h_) : T(T_), h(h_) {
@@ -140,19 +160,19 @@ struct Fp4TileConverter {
   // compute each where it is used when nothing is kept).
   __device__ __forceinline__ uint32_t code_of(int k) const {
     const uint32_t t = static_cast<uint32_t>(T), code_sw = (((t * kCW) >> 7) & (kCW / 16 - 1)) << 4;
-    const uint32_t ci = 16 * static_cast<uint32_t>(min(h + k * kShares, kGroups - 1));
+    const uint32_t ci = 16 * static_cast<uint32_t>(min(group_of(h, k), kGroups - 1));
     return t * kCW + (ci / kCW) * (64 * kCW) + ((ci % kCW) ^ code_sw);
   }
   __device__ __forceinline__ uint32_t lat_of(int k) const {
     // bytes li and li + 16 of the row: li % 128 is a multiple of 32, so the second chunk is the
     // first's with bit 4 set, after the swizzle as before it
     const uint32_t t = static_cast<uint32_t>(T), lat_sw = (t & 7) << 4;
-    const uint32_t li = 32 * static_cast<uint32_t>(min(h + k * kShares, kGroups - 1));
+    const uint32_t li = 32 * static_cast<uint32_t>(min(group_of(h, k), kGroups - 1));
     return t * 128 + (li / 128) * 8192 + ((li % 128) ^ lat_sw);
   }
   __device__ __forceinline__ uint32_t rope_of(int m) const {
     const uint32_t t = static_cast<uint32_t>(T), rope_sw = (((t * kRW) >> 7) & (kRW / 16 - 1)) << 4;
-    const uint32_t q = static_cast<uint32_t>(min(kShares * (m + 1) - 1 - h, kRopeChunks - 1));
+    const uint32_t q = static_cast<uint32_t>(min(rope_chunk_of(h, m), kRopeChunks - 1));
     return t * kRW + ((16 * q) ^ rope_sw);
   }
   __device__ __forceinline__ uint32_t srow_of() const { return kRawScale + static_cast<uint32_t>(T) * kSR; }
