@@ -11,7 +11,9 @@ Usage:
 A loop is the span from a backward branch's target to the branch; each is printed with its
 instruction count and its most frequent opcodes (predicates and modifiers stripped), so a
 warpgroup's tile loop is recognised by its mix (QGMMA/HGMMA, MUFU, LDSM, ...). Counts are
-static: a loop holding branches (masked and unmasked tiles) counts both sides.
+static: a loop holding branches (masked and unmasked tiles) counts both sides. For one path
+through a loop, `--path START-END --skip A-B ...` counts the instructions between two addresses
+less the blocks a branch skips on that path (read the addresses off `cuobjdump -sass`).
 cuobjdump ships with the CUDA toolkit; where the toolkit has none (this repo's CI image), the
 pinned PyPI wheel has it: pip download --no-deps nvidia-cuda-cuobjdump==13.5.37, unzip, and pass
 its bin/cuobjdump with --cuobjdump; cuobjdump -sass runs nvdisasm, from nvidia-cuda-nvdisasm==13.5.37
@@ -70,10 +72,32 @@ def main():
     ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump")
     ap.add_argument("--min", type=int, default=40, help="loops shorter than this many instructions are left out")
     ap.add_argument("--top", type=int, default=14, help="opcodes shown per loop")
+    ap.add_argument("--path", metavar="START-END",
+                    help="instead of the loops: the instructions from address START to END (hex, END excluded) "
+                         "less every --skip range: one pass along a path whose untaken branches are skipped "
+                         "(how session 24 counted a tile's fast path)")
+    ap.add_argument("--skip", metavar="A-B", action="append", default=[],
+                    help="with --path: leave out addresses A to B (hex, B excluded); repeatable")
     args = ap.parse_args()
+    if args.skip and not args.path:
+        ap.error("--skip needs --path")
     sass, name = sass_of(args.object, args.function, args.cuobjdump)
     ins = instructions(sass)
     print(f"{name}: {len(ins)} instructions")
+    if args.path:
+        def span(text):
+            try:
+                a, b = (int(x, 16) for x in text.split("-"))
+            except ValueError:
+                sys.exit(f"sass_loops: '{text}' is not a hex address range A-B")
+            return a, b
+        lo, hi = span(args.path)
+        skips = [span(x) for x in args.skip]
+        kept = [t for a, t in ins if lo <= a < hi and not any(s <= a < e for s, e in skips)]
+        mix = collections.Counter(opcode(t) for t in kept)
+        print(f"path {lo:#x}-{hi:#x} less {len(skips)} range(s): {len(kept)} instructions; "
+              + ", ".join(f"{k} {v}" for k, v in mix.most_common(args.top)))
+        return
     for s, e in loops(ins, args.min):
         mix = collections.Counter(opcode(t) for _, t in ins[s:e + 1])
         print(f"loop {ins[s][0]:#x}-{ins[e][0]:#x}: {e - s + 1} instructions; "
