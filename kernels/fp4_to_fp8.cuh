@@ -88,6 +88,7 @@ __device__ __forceinline__ uint2 e2m1x8_to_e4m3(uint32_t x, uint32_t t0, uint32_
 // conversion itself.
 template <int DC, int DR, int kShares, bool kKeepOffsets = true>
 struct Fp4TileConverter {
+  static constexpr int kDC = DC, kDR = DR;
   static constexpr int kGroups = DC / 32, kRopeChunks = 2 * DR / 16;
   static constexpr int kTrips = (kGroups + kShares - 1) / kShares;  // groups of the busiest share
   static constexpr int kRopeTrips = (kRopeChunks + kShares - 1) / kShares;
@@ -338,12 +339,11 @@ struct Fp4RawProducer {
 // the stage to be free (empty[s] = bar0 + 8 (S + s)), converts, and each warp arrives on full[s] =
 // bar0 + 8 s and on the raw slot's empty barrier (counts: 2 kShares warps). Share 0's token 0
 // writes the stage's valid count.
-template <int DC, int DR, int S, int R, class Conv>
-__device__ __forceinline__ void convert_fp4_tile(const Conv& conv, int it,
-                                                 unsigned char* gSt, uint32_t stage_bytes, uint32_t bar0,
-                                                 uint32_t sValid, const unsigned char* gRaw, uint32_t rbar,
-                                                 uint32_t rValid) {
-  const uint32_t raw_bytes = static_cast<uint32_t>(quant::Fp4CacheLayout{64, DC, DR}.page_bytes());
+template <int S, int R, class Conv>
+__device__ __forceinline__ void convert_fp4_tile(const Conv& conv, int it, unsigned char* gSt, uint32_t stage_bytes,
+                                                 uint32_t bar0, uint32_t sValid, const unsigned char* gRaw,
+                                                 uint32_t rbar, uint32_t rValid) {
+  constexpr uint32_t raw_bytes = quant::Fp4CacheLayout{64, Conv::kDC, Conv::kDR}.page_bytes();
   const int stage = it % S, r = it % R;
   detail::mbar_wait(rbar + 8 * r, (it / R) & 1);                  // raw tile landed
   detail::mbar_wait(bar0 + 8 * (S + stage), ((it / S) & 1) ^ 1);  // FP8 stage free

@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(kNThreads, 1)
   auto make_conv = [&] { return Conv(threadIdx.x & 63, (static_cast<int>(threadIdx.x) - kConvFirst) / 64); };
   auto convert_tile = [&](const Conv& conv, int i) {
     if constexpr (FP4)  // (instantiated only with the FP4 ring: its stage counts are 0 otherwise)
-      convert_fp4_tile<DC, DR, S, C::kR>(conv, i, gbase + (sSt - base), C::kStage, bar0, sValid,
-                                         gbase + (sRaw - base), rbar, rValid);
+      convert_fp4_tile<S, C::kR>(conv, i, gbase + (sSt - base), C::kStage, bar0, sValid,
+                                 gbase + (sRaw - base), rbar, rValid);
   };
   // The converting warps' tile count. Computed by warpgroup 0 too: under a warp-dependent
   // condition ptxas serialised the P.V warpgroups' wgmmas (C7520).
