@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Times our FP8 paged MLA decode beside FlashMLA's BF16 dense decode and FlashMLA's FP8 sparse
-(V3.2, 656 B per token) decode with topk = L, in one process, on caches built from the same values.
+"""Times our FP8 paged MLA decode beside FlashMLA's BF16 dense decode, FlashMLA's FP8 sparse
+(V3.2, 656 B per token) decode with topk = L and, where it is built (tools/mla-bench/peer_vllm_fp8.sh),
+vLLM's FlashMLA dense FP8 decode (576 B per token, one scale per tensor), in one process, on caches
+built from the same values.
 
 Per shape: one BF16 paged cache and query (FlashMLA's test data, peer_flashmla.Case); our FP8
 cache is written from it by our append kernel (kernels/fp8_append.cu: every page appended as one
@@ -13,7 +15,7 @@ decode step for every layer), each call kernels::fp8_decode_bf16q with p.planned
 + split kernel + combine); "unpl. us" is the same call scheduling itself. Ceilings in the same process:
 copy bandwidth, BF16 GEMM and FP8 GEMM (torch._scaled_mm) 8192^3.
 
-    PYTHONPATH=.peer/flashmla:.peer/flashmla/tests python3 tools/mla-bench/peer_fp8.py \
+    PYTHONPATH=.peer/flashmla:.peer/flashmla/tests:.peer/vllm_fp8 python3 tools/mla-bench/peer_fp8.py \
         --lib build/tools/mla-bench/libmla_fp8_capi.so --json out.json
 """
 import argparse
@@ -135,6 +137,39 @@ def sparse_runner(c):
     return run
 
 
+def vllm_fp8_runner(c):
+    """vLLM's FlashMLA dense FP8 decode (FlashMLA PR #54, built by peer_vllm_fp8.sh) on c's values:
+    query and cache in E4M3 with one scale per tensor (amax / 448, its descale_q / descale_k), the
+    cache [pages, 64, 1, 576] (RoPE dims in E4M3 too: 576 B a token); its tile-scheduler metadata
+    computed once before the timed calls, the query quantised outside them (its API takes E4M3)."""
+    import flash_mla_dense_fp8 as fp8d
+
+    def per_tensor(x):
+        s = (x.float().abs().amax() / 448.0).clamp_min(1e-12)
+        return (x.float() / s).to(torch.float8_e4m3fn), s.reshape(1).to(torch.float32)
+
+    k8, dk = per_tensor(c.cache)
+    q8, dq = per_tensor(c.q)
+    sched, splits = fp8d.get_mla_decoding_metadata_dense_fp8(c.seqlens, c.s_q * c.heads, 1)
+
+    def run():
+        return fp8d.fwd_kvcache_mla_fp8(q8, k8, c.d_c, c.seqlens, c.table, c.scale, c.s_q > 1, sched, splits, dq, dk)
+
+    run()
+    run.keep = (k8, q8, dq, dk, sched, splits)
+    return run
+
+
+def vllm_fp8_available():
+    try:
+        import flash_mla_dense_fp8  # noqa: F401
+        return True
+    except ImportError as e:
+        print(f"vLLM's dense FP8 FlashMLA not importable ({e}); its column is left out "
+              "(tools/mla-bench/peer_vllm_fp8.sh builds it)", flush=True)
+        return False
+
+
 def fp8_gemm_tflops(timer):
     try:
         a = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
@@ -168,6 +203,7 @@ def main():
     ours = Ours(args.lib)
     timer = Timer()
     import flash_mla  # noqa: F401
+    with_vllm = vllm_fp8_available()
     props = torch.cuda.get_device_properties(0)
     ceil = ceilings(timer)
     ceil["fp8_gemm_tflops"] = fp8_gemm_tflops(timer) or 2 * ceil["gemm_tflops"]
@@ -177,7 +213,7 @@ def main():
     res = {"device": props.name, "ceilings": ceil, "runs": args.runs,
            "l2_resident": l2_resident_note(args.l2_resident), "shapes": {}}
     print(f"{'shape':<28} {'fp8 us':>8} {'%floor':>7} {'bf16 FM us':>10} {'%floor':>7} {'FM/ours':>7} "
-          f"{'sparse us':>9} {'sp/ours':>7} {'unpl. us':>9}  check")
+          f"{'sparse us':>9} {'sp/ours':>7} {'vllm us':>8} {'vl/ours':>7} {'unpl. us':>9}  check")
     only = set(args.only.split(",")) if args.only else None
     for i, (B, H, sq, L, dc) in enumerate(suite(args.suite)):
         name = f"B{B}_H{H}_sq{sq}_L{L // 1024}k_dc{dc}"
@@ -196,12 +232,23 @@ def main():
             except Exception as e:  # noqa: BLE001 -- reported, the shape goes on without it
                 print(f"{name}: FlashMLA sparse not run ({e})", flush=True)
                 sparse_ok = False
+        vllm_ok = peer and with_vllm and c.d_r == 64  # its kernel: d_c 512, d_r 64 only
+        if vllm_ok:
+            try:
+                fns.append(vllm_fp8_runner(c))
+            except Exception as e:  # noqa: BLE001 -- reported, the shape goes on without it
+                print(f"{name}: vLLM dense FP8 not run ({e})", flush=True)
+                vllm_ok = False
         o1, l1 = run_ours()
         check = "-"
         if peer:
             o2, l2 = fns[1]()
             torch.cuda.synchronize()
             check = f"out vs FlashMLA bf16 rel_l2 {rel_l2(o1, o2):.2e}"
+            if vllm_ok:
+                o3, _ = fns[-1]()
+                torch.cuda.synchronize()
+                check += f"; vLLM fp8 vs FlashMLA bf16 {rel_l2(o3, o2):.2e}"
         fns.append(run_ours.unplanned)  # last: the indices above stay
         times = interleaved_times(timer, fns, args.runs, args.warmup)
         med, rng = summarize(times)
@@ -234,6 +281,16 @@ def main():
             line += f" {med[2]:9.1f} {med[2] / med[0]:6.2f}x"
         else:
             line += f" {'-':>9} {'-':>7}"
+        if vllm_ok:
+            v = 2 + int(sparse_ok)
+            pv = paired_ratio(times[v], times[0])
+            row.update({"vllm_fp8_us": med[v], "vllm_fp8_range_us": rng[v], "speedup_vs_vllm_fp8": med[v] / med[0],
+                        "paired_speedup_vs_vllm_fp8": {"median": pv[0], "ci95": [pv[1], pv[2]]},
+                        "vllm_fp8_over_bf16": med[1] / med[v]})
+            line += f" {med[v]:8.1f} {med[v] / med[0]:6.2f}x"
+            check = f"vs vLLM paired {pv[0]:.3f} [{pv[1]:.3f}, {pv[2]:.3f}]; " + check
+        else:
+            line += f" {'-':>8} {'-':>7}"
         line += f" {med[-1]:9.1f}"
         print(line + "  " + check, flush=True)
         res["shapes"][name] = row
