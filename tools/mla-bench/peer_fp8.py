@@ -170,6 +170,16 @@ def vllm_fp8_available():
         return False
 
 
+def add_peer(fns, make_runner, case, what):
+    """Appends make_runner(case) to fns; False (reported, the shape goes on without it) if it fails."""
+    try:
+        fns.append(make_runner(case))
+        return True
+    except Exception as e:  # noqa: BLE001 -- a peer that cannot run this shape is left out, not fatal
+        print(f"{what} not run ({e})", flush=True)
+        return False
+
+
 def fp8_gemm_tflops(timer):
     try:
         a = torch.randn(8192, 8192, device="cuda").to(torch.float8_e4m3fn)
@@ -225,20 +235,8 @@ def main():
         peer = dc == 512
         if peer:
             fns.append(flashmla_runner(c))
-        sparse_ok = peer and H in (64, 128)  # the sparse kernel's heads
-        if sparse_ok:
-            try:
-                fns.append(sparse_runner(c))
-            except Exception as e:  # noqa: BLE001 -- reported, the shape goes on without it
-                print(f"{name}: FlashMLA sparse not run ({e})", flush=True)
-                sparse_ok = False
-        vllm_ok = peer and with_vllm and c.d_r == 64  # its kernel: d_c 512, d_r 64 only
-        if vllm_ok:
-            try:
-                fns.append(vllm_fp8_runner(c))
-            except Exception as e:  # noqa: BLE001 -- reported, the shape goes on without it
-                print(f"{name}: vLLM dense FP8 not run ({e})", flush=True)
-                vllm_ok = False
+        sparse_ok = peer and H in (64, 128) and add_peer(fns, sparse_runner, c, f"{name}: FlashMLA sparse")  # its heads
+        vllm_ok = peer and with_vllm and c.d_r == 64 and add_peer(fns, vllm_fp8_runner, c, f"{name}: vLLM dense FP8")
         o1, l1 = run_ours()
         check = "-"
         if peer:
