@@ -2,7 +2,7 @@
 # Builds vLLM's FlashMLA dense FP8 decode (peer_bundle_vllm_fp8.sh) on the GPU machine (repo
 # root) as the Python module flash_mla_dense_fp8 in .peer/vllm_fp8, for peer_fp8.py's third peer
 # column. Needs the FlashMLA peer unpacked first (peer_unpack.sh): its CUTLASS headers are used.
-# The compile flags are those vLLM's fork builds the kernel with. One translation unit: ~1-2 min.
+# The compile flags are those vLLM's fork builds the kernel with. One translation unit: ~35 s.
 set -euo pipefail
 D=.peer/vllm_fp8
 [ -f $D/flash_mla_dense_fp8*.so ] 2>/dev/null && exit 0
