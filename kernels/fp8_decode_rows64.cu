@@ -219,11 +219,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (The converter made at each call, its offsets computed every tile: beside 128 accumulators
     // a converter kept through the loop spilled.)
     auto convert_tile = [&](int i) {
-      const Fp4TileConverter<DC, DR, kConvShares, false> conv(threadIdx.x & 63,
-                                                              (static_cast<int>(threadIdx.x) - kConvFirst) / 64);
-      if constexpr (FP4)
+      if constexpr (FP4) {
+        const Fp4TileConverter<DC, DR, kConvShares, false> conv(threadIdx.x & 63,
+                                                                (static_cast<int>(threadIdx.x) - kConvFirst) / 64);
         convert_fp4_tile<S, C::kR>(conv, i, gbase + (sSt - base), C::kStage, bar0, sValid,
                                    gbase + (sRaw - base), rbar, rValid);
+      }
     };
     const int fp4_tiles = FP4 ? part_tiles(p, in) : 0;
     if constexpr (FP4)
