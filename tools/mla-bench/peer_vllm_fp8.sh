@@ -5,7 +5,9 @@
 # The compile flags are those vLLM's fork builds the kernel with. One translation unit: ~35 s.
 set -euo pipefail
 D=.peer/vllm_fp8
-[ -f $D/flash_mla_dense_fp8*.so ] 2>/dev/null && exit 0
+# Built already when it imports (as peer_unpack.sh checks FlashMLA): a build killed or failed half way
+# leaves no module that imports, so it is built again.
+python3 -c "import sys; sys.path.insert(0, '$D'); import torch, flash_mla_dense_fp8" 2>/dev/null && exit 0
 [ -f .peer/vllm-fp8-src.tar.xz ] || { echo "no .peer/vllm-fp8-src.tar.xz (peer_bundle_vllm_fp8.sh, carry .peer)" >&2; exit 1; }
 CUTLASS=$PWD/.peer/flashmla/csrc/cutlass
 [ -d "$CUTLASS/include/cute" ] || { echo "no CUTLASS at $CUTLASS (run peer_unpack.sh first)" >&2; exit 1; }
