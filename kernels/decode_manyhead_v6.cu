@@ -199,22 +199,12 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         rescale(alpha);
         softmax_exp(sv, m_use, alpha, l_run);
         MLA_TL(5);  // O rescaled, exponentials
-        // P as wgmma A fragments (one per 16-token k-step): this warpgroup's P.V is issued from
-        // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
-        // while P is stored.
+        // P as wgmma A fragments (one per 16-token k-step), stored for warpgroup 1 (with the rows'
+        // factors; over the RoPE block, whose last reader, S, is complete) before this warpgroup's
+        // P.V is issued from them: stores issued after the register-A wgmma waited for it to read
+        // its fragments (~360 cycles a tile, session 26's timeline).
         uint32_t pa[4][4];
         pack_p_fragments(sv, pa);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
-        issue_pv([&](int ks, uint64_t dv) {
-          if constexpr (C::kNHalf == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
-          else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
-          else gmma::wgmma_rs_n64(acc, pa[ks], dv);
-        });
-        MLA_TL(6);  // P.V issued
-        // P and the factors to warpgroup 1 (S, complete, was the RoPE block's last reader).
         if (tq == 0) {
           sAlpha[lrow[0]] = alpha[0];
           sAlpha[lrow[1]] = alpha[1];
@@ -229,9 +219,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                          : "memory");
           }
         fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
-        MLA_TL(7);  // P stored
+        MLA_TL(6);  // P stored
         mbar_arrive(bar_p + 8 * (it % S));  // release: P, the factors and zeroed tail rows
-        MLA_TL(8);  // P handed over
+        MLA_TL(7);  // P handed over
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) gmma::fence_operand(pa[ks][r]);
+        issue_pv([&](int ks, uint64_t dv) {
+          if constexpr (C::kNHalf == 256) gmma::wgmma_rs_n256(acc, pa[ks], dv);
+          else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
+          else gmma::wgmma_rs_n64(acc, pa[ks], dv);
+        });
+        MLA_TL(8);  // P.V issued
       } else {
         MLA_TL(10);  // tile start
         gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done

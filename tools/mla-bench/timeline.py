@@ -67,7 +67,7 @@ from peer_flashmla import Case, Ours  # noqa: E402
 WARPS, EVENTS = 16, 1024  # kernels/timeline.cuh
 NAMES = {
     "v6": {0: "tile start", 1: "own previous P.V done", 2: "tile landed", 3: "S done", 4: "row max",
-           5: "O rescaled, exponentials", 6: "P.V issued", 7: "P stored", 8: "P handed over (mbarrier)",
+           5: "O rescaled, exponentials", 6: "P stored", 7: "P handed over (mbarrier)", 8: "P.V issued",
            10: "tile start", 11: "own previous P.V done", 12: "P and factors visible", 13: "O rescaled",
            16: "P.V issued"},
     "fp8-rows64": {0: "tile start", 1: "tile landed", 2: "S done", 3: "softmax inputs read", 4: "softmax",
