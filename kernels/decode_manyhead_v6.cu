@@ -199,10 +199,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         rescale(alpha);
         softmax_exp(sv, m_use, alpha, l_run);
         MLA_TL(5);  // O rescaled, exponentials
-        // P as wgmma A fragments (one per 16-token k-step), stored for warpgroup 1 (with the rows'
-        // factors; over the RoPE block, whose last reader, S, is complete) before this warpgroup's
-        // P.V is issued from them: stores issued after the register-A wgmma waited for it to read
-        // its fragments (~360 cycles a tile, session 26's timeline).
+        // P as wgmma A fragments (one per 16-token k-step), stored for warpgroup 1 with the rows'
+        // factors (P over the RoPE block, whose last reader, S, is complete) and handed over
+        // before this warpgroup's P.V is issued from the same registers. Two orders measured
+        // slower (session 26): stores after the register-A wgmma wait for it to read its
+        // fragments, and this warpgroup's proxy fence waits for its in-flight P.V; so the fence
+        // is warpgroup 1's, after its acquire of the P mbarrier (the fence may sit anywhere on
+        // the path from the generic stores to the async-proxy reads).
         uint32_t pa[4][4];
         pack_p_fragments(sv, pa);
         if (tq == 0) {
@@ -218,9 +221,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                          "r"(pa[n >> 1][(n & 1) * 2 + h])
                          : "memory");
           }
-        fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
         MLA_TL(6);  // P stored
-        mbar_arrive(bar_p + 8 * (it % S));  // release: P, the factors and zeroed tail rows
+        mbar_arrive(bar_p + 8 * (it % S));  // release: P, the factors and the zeroed tail rows
         MLA_TL(7);  // P handed over
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
@@ -241,9 +243,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         if (pending >= 0) release(pending);
         pending = -1;
         // The tile (landed: warpgroup 0 waited for it before its S, so this returns at once) and
-        // P with the factors (warpgroup 0's 128 arrivals, after their stores and proxy fence).
+        // P with the factors (warpgroup 0's 128 arrivals, after their stores).
         mbar_wait(bar0 + 8 * (it % S), (it / S) & 1);
         mbar_wait(bar_p + 8 * (it % S), (it / S) & 1);
+        fence_proxy_async();  // P (warpgroup 0's generic stores, acquired) is read by wgmma (async proxy)
         MLA_TL(12);
         alpha[0] = sAlpha[lrow[0]];
         alpha[1] = sAlpha[lrow[1]];
