@@ -2,17 +2,14 @@
 // blocks, 64-token tiles, the two consumer warpgroups splitting the d_c output columns.
 // FlashMLA's division of work (its first version): warpgroup 0 computes the whole
 // S = Q K^T of a 64-token tile (wgmma m64n64k16, Q and K from shared memory), runs the online
-// softmax, issues O += P V for its half of the d_c output columns with P from registers (wgmma
-// m64n(d_c/2)k16 RS, B = V from shared memory), then writes P (bf16, the wgmma K-major swizzled
-// layout) and the rows' rescale factors to shared memory and signals the stage's P mbarrier;
-// warpgroup 1 waits on it, rescales its O and issues its half (A = P from shared memory).
-// Neither waits for its P.V: warpgroup 0's S of the next tile queues behind the two P.V on the
-// tensor cores. P goes into the stage's first RoPE block, which only S reads (P.V reads the d_c
-// blocks), and the factors into a per-stage array: both live as long as the stage, which the
-// ring refills only after warpgroup 1's P.V of it, so warpgroup 0 never waits for warpgroup 1
-// inside the tile loop (one named barrier pair per segment, none per tile). K tiles: 2-stage
-// ring (3 at d_c = 256) of one TMA box (64 columns x 64 tokens, 128-byte swizzle) per 64-column
-// block; rows past L zeroed before use.
+// softmax (publishing the rows' rescale factors right after the row max, named barrier 6, so
+// both warpgroups rescale O during the exponentials), issues O += P V for its half of the d_c
+// output columns with P from registers (wgmma m64n(d_c/2)k16 RS, B = V from shared memory), then
+// writes P (bf16, the wgmma K-major swizzled layout) to shared memory, from where warpgroup 1
+// issues its half (A = P from shared memory). Neither waits for its P.V: warpgroup 0's S of the
+// next tile queues behind the two P.V on the tensor cores. No fp32 S exchange, three named
+// barriers per 64 tokens. K tiles: 2-stage ring (3 at d_c = 256) of one TMA box (64 columns x 64
+// tokens, 128-byte swizzle) per 64-column block; rows past L zeroed before use.
 // Rounding points as the twin with 64-token tiles and the running-max slack
 // (quant::decode_tile_config_for). Where the parts hold whole requests (v6_fuses_merge) no
 // combine launch follows: the CTA that stores the last split of a request's row block merges it
@@ -47,13 +44,11 @@ template <int DC>
 struct V6Cfg {
   static constexpr int kNHalf = DC / 2;     // O columns per warpgroup
   static constexpr int kOReg = kNHalf / 2;  // fp32 accumulators per thread
-  // 1 KB alignment slack, Q, the ring (P in each stage's first RoPE block: d_r >= 16, so a
-  // stage has DC / 64 + 1 blocks or more), (stages + 2) x 64 row floats, mbarriers.
+  // 1 KB alignment slack, Q, the ring, P (64 x 64 bf16), 3 x 64 row floats, mbarriers.
   static constexpr size_t smem_bytes(int dim) {
     const size_t nblk = (static_cast<size_t>(dim) + 63) / 64;
-    return 1024 + nblk * 8192 + kV6Stages<DC> * nblk * 8192 + (kV6Stages<DC> + 2) * 64 * 4 + 256;
+    return 1024 + nblk * 8192 + kV6Stages<DC> * nblk * 8192 + 8192 + 3 * 64 * 4 + 256;
   }
-  static constexpr uint32_t kPBlockOffset = DC / 64 * 8192;  // P's block in a stage
 };
 
 // Registers a thread (setmaxnreg): the producer warpgroup, each of the two consumer warpgroups.
@@ -79,18 +74,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const uint32_t stage_bytes = nblk * 8192;
   const uint32_t sQ = base;
   const uint32_t sK = sQ + nblk * 8192;
-  float* sScale = reinterpret_cast<float*>(gbase + (sK + S * stage_bytes - base));  // [S][64] alpha of a stage's tile
-  float* sInvL = sScale + S * 64;                                                  // [64] 1 / l (epilogue)
-  float* sLse = sInvL + 64;                                                        // [64] (epilogue)
-  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s), P of stage s stored at bar0 + 8 (2 S + s)
-  const uint32_t bar0 = smem_u32(sLse + 64);
-  const uint32_t bar_p = bar0 + 16 * S;
-  volatile int* merge_flag = reinterpret_cast<int*>(sLse + 64 + 6 * S);  // after the mbarriers (in the 256 B)
+  const uint32_t sP = sK + S * stage_bytes;
+  float* sScale = reinterpret_cast<float*>(gbase + (sP - base) + 8192);  // [64] alpha of the tile (barrier 6)
+  float* sInvL = sScale + 64;                                            // [64] 1 / l (epilogue)
+  float* sLse = sInvL + 64;                                              // [64] (epilogue)
+  const uint32_t bar0 = smem_u32(sLse + 64);  // full[s] at bar0 + 8 s, empty[s] at bar0 + 8 (S + s)
+  volatile int* merge_flag = reinterpret_cast<int*>(sLse + 64 + 4 * S);  // after the mbarriers (in the 256 B)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   MLA_TL_INIT(g_v6_timeline);
-  if (threadIdx.x == 0)
-    for (int s = 0; s < S; ++s) mbar_init(bar_p + 8 * s, 128);  // every thread of warpgroup 0 (init_ring fences it)
   init_ring(bar0, S);
   const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid (row blocks, parts)
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
@@ -159,10 +151,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       if (lane == 0) mbar_arrive(bar0 + 8 * (S + it_ % S));
     };
     for (int ti = t; ti < stop; ++ti, ++it) {
-      const uint32_t stage = sK + (it % S) * stage_bytes;
-      const uint32_t tile_v = stage + wg * (DC / 128) * 8192;  // this warpgroup's V columns
-      const uint32_t sP = stage + C::kPBlockOffset;            // P of this tile (over S's RoPE block)
-      float* sAlpha = sScale + (it % S) * 64;                 // the rows' factors of this tile
+      const uint32_t tile_v = sK + (it % S) * stage_bytes + wg * (DC / 128) * 8192;  // this warpgroup's V columns
       // O = O * alpha (this warpgroup's P.V of the previous tile is complete).
       auto rescale = [&](const float (&alpha_)[2]) {
         if (alpha_[0] != 1.f || alpha_[1] != 1.f) {
@@ -196,34 +185,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         float m_use[2];
         softmax_max(sv, j0, L, lim_off, tq, scale_log2, m_run, m_use, alpha);
         MLA_TL(4);  // row max and factors
+        // The rows' factors go to warpgroup 1 as soon as they are known, so that both
+        // warpgroups rescale O while this one computes the exponentials.
+        if (tq == 0) {
+          sScale[lrow[0]] = alpha[0];
+          sScale[lrow[1]] = alpha[1];
+        }
+        named_bar_arrive(6, 256);
         rescale(alpha);
         softmax_exp(sv, m_use, alpha, l_run);
         MLA_TL(5);  // O rescaled, exponentials
-        // P as wgmma A fragments (one per 16-token k-step), stored for warpgroup 1 with the rows'
-        // factors (P over the RoPE block, whose last reader, S, is complete) and handed over
-        // before this warpgroup's P.V is issued from the same registers. Two orders measured
-        // slower (session 26): stores after the register-A wgmma wait for it to read its
-        // fragments, and this warpgroup's proxy fence waits for its in-flight P.V; so the fence
-        // is warpgroup 1's, after its acquire of the P mbarrier (the fence may sit anywhere on
-        // the path from the generic stores to the async-proxy reads).
+        // P as wgmma A fragments (one per 16-token k-step): this warpgroup's P.V is issued from
+        // registers now, before P is handed to warpgroup 1, so the tensor cores start on it
+        // while P is stored.
         uint32_t pa[4][4];
         pack_p_fragments(sv, pa);
-        if (tq == 0) {
-          sAlpha[lrow[0]] = alpha[0];
-          sAlpha[lrow[1]] = alpha[1];
-        }
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = lrow[h];
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq),
-                         "r"(pa[n >> 1][(n & 1) * 2 + h])
-                         : "memory");
-          }
-        MLA_TL(6);  // P stored
-        mbar_arrive(bar_p + 8 * (it % S));  // release: P, the factors and the zeroed tail rows
-        MLA_TL(7);  // P handed over
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
@@ -233,7 +209,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
           else if constexpr (C::kNHalf == 128) gmma::wgmma_rs_n128(acc, pa[ks], dv);
           else gmma::wgmma_rs_n64(acc, pa[ks], dv);
         });
-        MLA_TL(8);  // P.V issued
+        MLA_TL(6);  // P.V issued
+        named_bar_sync(3, 256);  // P buffer free: both warpgroups' P.V of the previous tile are done
+        MLA_TL(7);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = lrow[h];
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sP + r * 128 + ((n ^ (r & 7)) << 4) + 4 * tq),
+                         "r"(pa[n >> 1][(n & 1) * 2 + h])
+                         : "memory");
+          }
+        fence_proxy_async();  // P (generic stores) is read by wgmma (async proxy)
+        named_bar_sync(4, 256);
+        MLA_TL(8);  // P handed over
       } else {
         MLA_TL(10);  // tile start
         gmma::wait<0>();  // this warpgroup's P.V of the previous tile is done
@@ -242,16 +232,16 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         if (pending >= 0) release(pending);
         pending = -1;
-        // The tile (landed: warpgroup 0 waited for it before its S, so this returns at once) and
-        // P with the factors (warpgroup 0's 128 arrivals, after their stores).
-        mbar_wait(bar0 + 8 * (it % S), (it / S) & 1);
-        mbar_wait(bar_p + 8 * (it % S), (it / S) & 1);
-        fence_proxy_async();  // P (warpgroup 0's generic stores, acquired) is read by wgmma (async proxy)
+        named_bar_sync(6, 256);  // the tile's row factors are in shared memory
         MLA_TL(12);
-        alpha[0] = sAlpha[lrow[0]];
-        alpha[1] = sAlpha[lrow[1]];
+        alpha[0] = sScale[lrow[0]];
+        alpha[1] = sScale[lrow[1]];
         rescale(alpha);
         MLA_TL(13);
+        named_bar_sync(3, 256);
+        MLA_TL(14);
+        named_bar_sync(4, 256);  // P and the zeroed tail rows are visible
+        MLA_TL(15);
         const uint64_t dp0 = gmma_desc(sP, 16, 1024);
         issue_pv([&](int ks, uint64_t dv) {
           const uint64_t da = gmma_desc_at(dp0, ks * 32);

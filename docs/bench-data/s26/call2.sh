@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The .carry patches are archived here: s26A = v6-p-in-stage.patch, s26C / s26C2 / s26T (= C2) / s26D =
+# v6-p-before-rs-{C,C2,C2,D}.patch; each applies on 4b8c76c. To rerun: cp the archived patch to .carry/.)
 # Session 26, call 2 (nvidia-h200, carry .carry): v6's tile by the SM clock, the base (this tree with
 # .carry/s26A.patch reversed: P buffer, barriers 3, 4, 6) beside the P-in-stage version (call 1: 2.5-3.5%
 # slower), both built with -DMLA_TIMELINE=ON; timeline.py at 128 rows 8K / 32K and 256 rows 8K.

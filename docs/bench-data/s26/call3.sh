@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The .carry patches are archived here: s26A = v6-p-in-stage.patch, s26C / s26C2 / s26T (= C2) / s26D =
+# v6-p-before-rs-{C,C2,C2,D}.patch; each applies on 4b8c76c. To rerun: cp the archived patch to .carry/.)
 # Session 26, call 3 (nvidia-h200, carry .peer .carry): two orders of v6's P hand-over (P in the stage's
 # RoPE block, mbarrier), both storing P *before* warpgroup 0's register-A P.V (call 2's timeline: stores
 # after it waited ~360 cycles), against the base (4b8c76c's v6):

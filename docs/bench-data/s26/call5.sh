@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (The .carry patches are archived here: s26A = v6-p-in-stage.patch, s26C / s26C2 / s26T (= C2) / s26D =
+# v6-p-before-rs-{C,C2,C2,D}.patch; each applies on 4b8c76c. To rerun: cp the archived patch to .carry/.)
 # Session 26, call 5 (nvidia-h200, carry .peer .carry): D = P stored and handed over (mbarrier, no fence)
 # before warpgroup 0's register-A P.V, warpgroup 1 fencing after its acquire (.carry/s26D.patch = this
 # tree's kernels against 4b8c76c): decode GPU tests, the dc512 A/B beside the base and FlashMLA, then
