@@ -4,12 +4,13 @@
 # Session 26, call 2 (nvidia-h200, carry .carry): v6's tile by the SM clock, the base (this tree with
 # .carry/s26A.patch reversed: P buffer, barriers 3, 4, 6) beside the P-in-stage version (call 1: 2.5-3.5%
 # slower), both built with -DMLA_TIMELINE=ON; timeline.py at 128 rows 8K / 32K and 256 rows 8K.
+# PATCH=file: another change to reverse for the base (call4.sh).
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}; mkdir -p "$OUT"
 T0=$(date +%s)
 rm -rf /tmp/base-src && mkdir -p /tmp/base-src
 tar --exclude=./.peer --exclude=./.git --exclude='./build*' -cf - . | tar -C /tmp/base-src -xf -
-(cd /tmp/base-src && patch -s -R -p1 < "$OLDPWD/.carry/s26A.patch") || { echo "patch -R failed"; exit 1; }
+(cd /tmp/base-src && patch -s -R -p1 < "$OLDPWD/${PATCH:-.carry/s26A.patch}") || { echo "patch -R failed"; exit 1; }
 for t in new base; do
   src=.; [ $t = base ] && src=/tmp/base-src
   ( cmake -S $src -B /tmp/tl_$t -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLA_ENABLE_CUDA=ON -DMLA_TIMELINE=ON > /tmp/cfg_$t.log 2>&1 &&
