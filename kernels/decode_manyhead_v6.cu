@@ -107,7 +107,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     const int tok = min((row0 + lrow[h]) / p.heads, p.s_q - 1);
     lim_off[h] = p.s_q - 1 - tok;
   }
-  const bool rope_in_regs = nk == DC / 16 + 4;  // d_r = 64: S's RoPE k-steps take Q from registers
   int split = in[4];
   int it = 0;
   int merge_b0 = -1, merge_b1 = -1;  // requests whose last split this CTA stored (at most its first and last)
@@ -123,12 +122,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     const int n_split = offsets[b + 1] - offsets[b];
     const bool next_segment = part_has_segment(b + 1, 0, end_b, end_t);
     named_bar_sync(1, 256);  // the previous segment's epilogue is done with the row floats
-    uint32_t rq[4][4];  // warpgroup 0 at d_r = 64: Q's RoPE block as A fragments (S's last four k-steps)
     if (wg == 0) {
       cp_async_wait_all();  // this thread's chunks of the segment's Q
       fence_proxy_async();
       named_bar_sync(7, 128);  // every chunk of it
-      if (rope_in_regs) load_q_rope_fragments<DC>(sQ, wiw, lane, rq);
     }
     float m_run[2] = {neg_inf, neg_inf}, l_run[2] = {0.f, 0.f};  // warpgroup 0 only
     float acc[C::kOReg];
@@ -183,8 +180,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         for (int i = 0; i < C::kOReg; ++i) gmma::fence_operand(acc[i]);
         if (pending >= 0) release(pending);
         pending = -1;
-        if (rope_in_regs) compute_s64_rope_rq<DC>(sv, sQ, wait_tile(it, ti), rq);
-        else compute_s64_dc<DC>(sv, sQ, wait_tile(it, ti), nk);
+        compute_s64_dc<DC>(sv, sQ, wait_tile(it, ti), nk);
         MLA_TL(3);  // S done
         float m_use[2];
         softmax_max(sv, j0, L, lim_off, tq, scale_log2, m_run, m_use, alpha);

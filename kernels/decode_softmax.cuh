@@ -57,48 +57,6 @@ __device__ __forceinline__ void compute_s64_dc(float (&sv)[32], uint32_t sq, uin
   if (nk == (DC + 64) / 16) compute_s64<(DC + 64) / 16>(sv, sq, tile, nk);
   else compute_s64<0>(sv, sq, tile, nk);
 }
-// S at d_c = DC and d_r = 64 (NK = DC / 16 + 4 k-steps) with Q's RoPE block from registers: rq[j]
-// holds the A fragments (per warp the mma.sync m16n8k16 A layout) of k-step NK - 4 + j, so those
-// four k-steps read only K from shared memory (S at N = 64 otherwise reads Q and K at 128 B a
-// tensor cycle, all of shared memory's bandwidth; FlashMLA's rQ8). Same k-step order as
-// compute_s64<NK>, so the same sums. Completed (waited for).
-template <int DC>
-__device__ __forceinline__ void compute_s64_rope_rq(float (&sv)[32], uint32_t sq, uint32_t tile,
-                                                    uint32_t (&rq)[4][4]) {
-  constexpr int NK = DC / 16 + 4;
-  const uint64_t dq = gmma_desc(sq, 16, 1024), dk = gmma_desc(tile, 16, 1024);
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) gmma::fence_operand(rq[j][r]);
-  gmma::fence();
-  gmma::wgmma_ss_n64_first(sv, dq, dk);
-#pragma unroll
-  for (int kk = 1; kk < NK - 4; ++kk) {
-    const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;  // block kk / 4, 32-byte step within it
-    gmma::wgmma_ss_n64(sv, gmma_desc_at(dq, off), gmma_desc_at(dk, off));
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    gmma::wgmma_rs_n64_kmajor(sv, rq[j], gmma_desc_at(dk, (DC / 64) * 8192 + j * 32), 1);
-  gmma::commit();
-  gmma::wait<0>();
-#pragma unroll
-  for (int i = 0; i < 32; ++i) gmma::fence_operand(sv[i]);
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) gmma::fence_operand(rq[j][r]);
-}
-// Q's RoPE block (the 64 columns after d_c of the 128-byte-swizzled Q at sq) as rq[4][4] for
-// compute_s64_rope_rq: warp wiw of the warpgroup takes rows 16 wiw .. 16 wiw + 15 by ldmatrix.x4.
-template <int DC>
-__device__ __forceinline__ void load_q_rope_fragments(uint32_t sq, int wiw, int lane, uint32_t (&rq)[4][4]) {
-  const int row = wiw * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
-  const uint32_t blk = sq + (DC / 64) * 8192 + row * 128;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) ldsm_x4(blk + (((2 * j + (lane >> 4)) ^ (row & 7)) << 4), rq[j]);
-}
 // The running-max step of an online softmax for a thread's two rows (each row spread over the 4
 // threads of a quad): tmax holds this thread's part of the tile's row maxima. Reduces it over the
 // quad, updates m_run, and gives alpha = exp2(old m - new m) (the factor for O and l) and m_use,
