@@ -102,6 +102,9 @@ def parse_args():
     ap.add_argument("--heads", type=int, default=128)
     ap.add_argument("--s-q", type=int, default=1)
     ap.add_argument("--seqlen", type=int, default=8192)
+    ap.add_argument("--parts", type=int, default=0,
+                    help="--kernel v6: this many split parts instead of the library's default (fewer CTAs, "
+                         "fewer SMs streaming: does the period follow the memory side's load?)")
     ap.add_argument("--json", help="write the per-warp event lists and the summary here")
     return ap.parse_args()
 
@@ -197,7 +200,7 @@ def main():
                 sys.exit(f"timeline: {err.value.decode()}")
 
         if args.kernel == "v6":
-            run, parts = Ours(args.lib).prepare(case, 0)
+            run, parts = Ours(args.lib).prepare(case, 0, args.parts)
         elif args.kernel in ("fp4-narrow", "fp4-rows64"):  # FP4 pages of case's shape, the FP8 route (route 1)
             from peer_kv4 import Ours as Kv4Ours, pack_pages
             pages, _, levels = pack_pages(case, "fp4", torch.Generator(device="cuda").manual_seed(5000))
