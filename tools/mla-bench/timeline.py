@@ -106,7 +106,12 @@ def parse_args():
                     help="--kernel v6: this many split parts instead of the library's default (fewer CTAs, "
                          "fewer SMs streaming: does the period follow the memory side's load?)")
     ap.add_argument("--json", help="write the per-warp event lists and the summary here")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.parts and args.kernel != "v6":
+        ap.error(f"--parts {args.parts}: only --kernel v6 takes a parts override (got --kernel {args.kernel})")
+    if args.parts < 0:
+        ap.error(f"--parts {args.parts}: a count of split parts is positive (0: the library's default)")
+    return args
 
 
 def events_of(words):
