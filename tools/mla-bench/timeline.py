@@ -50,7 +50,7 @@ bounded by wgmma waits or mbarrier waits are not affected.
   tools/mla-bench/flashmla_timeline.sh builds it and runs this on a GPU machine.
 
     python3 tools/mla-bench/timeline.py --kernel v6 --lib build-tl/tools/mla-bench/libmla_decode_capi.so \
-        --heads 128 --s-q 1 --seqlen 8192 [--json out.json]
+        --heads 128 --s-q 1 --seqlen 8192 [--parts N] [--json out.json]
 """
 import argparse
 import ctypes
