@@ -17,8 +17,10 @@
 
 namespace mla::kernels::timeline {
 
-// Slots per warp, a ring: a warp's last kEvents events are kept (the end of a long run, where every
-// CTA is busy; session 18 found the first kEvents of CTA (0, 0) identical at 8K and 32K).
+// Slots per warp, a ring: a warp's last kEvents events are kept (the end of a long run; session 18
+// found the first kEvents of CTA (0, 0) identical at 8K and 32K for the v6 of its day), or with
+// -DMLA_TIMELINE_FIRST (CMake MLA_TIMELINE_FIRST=ON) its first kEvents: at the end of a run other
+// CTAs may have finished and a load-latency-bound schedule speeds up (session 27), so the two can differ.
 constexpr int kWarps = 16, kEvents = 1024;
 
 #ifdef MLA_TIMELINE
@@ -39,9 +41,16 @@ __device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
   // Lane 0 of the first kWarps warps (a block of more warps records only those).
   if (blockIdx.x == 0 && blockIdx.y == 0 && (threadIdx.x & 31) == 0 && (threadIdx.x >> 5) < kWarps) {
     const long long c = clock64();
-    buf[(threadIdx.x >> 5) * kEvents + n] = (static_cast<uint64_t>(c) << 8) | static_cast<uint64_t>(id);
+#ifdef MLA_TIMELINE_FIRST
+    if (n < kEvents)
+#endif
+      buf[(threadIdx.x >> 5) * kEvents + n] = (static_cast<uint64_t>(c) << 8) | static_cast<uint64_t>(id);
   }
+#ifdef MLA_TIMELINE_FIRST
+  n = n < kEvents ? n + 1 : n;  // the first kEvents events of the warp (the run's start, every CTA busy)
+#else
   n = (n + 1) % kEvents;
+#endif
 }
 #endif
 
