@@ -52,6 +52,20 @@ __device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
   n = (n + 1) % kEvents;
 #endif
 }
+// Every CTA's span: thread 0 writes (globaltimer, clock64) at its start (end = 0) or end (end = 1) into
+// the slots of warp kSpanWarp (a warp the kernel does not have: v6 has 12), four words a CTA, CTA
+// blockIdx.y * gridDim.x + blockIdx.x (at most kEvents / 4). tools/mla-bench/timeline.py prints them,
+// so that a CTA (0, 0) timeline can be set beside the whole grid's spans (session 27).
+constexpr int kSpanWarp = 12;
+__device__ __forceinline__ void record_span(uint64_t* buf, int end) {
+  const int cta = blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0 && cta < kEvents / 4) {
+    uint64_t gt;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));
+    buf[kSpanWarp * kEvents + 4 * cta + 2 * end] = gt;
+    buf[kSpanWarp * kEvents + 4 * cta + 2 * end + 1] = static_cast<uint64_t>(clock64());
+  }
+}
 #endif
 
 }  // namespace mla::kernels::timeline
@@ -61,7 +75,9 @@ __device__ __forceinline__ void record(uint64_t* buf, int& n, int id) {
   uint64_t* mla_tl_buf = (buf); \
   int mla_tl_n = 0
 #define MLA_TL(id) ::mla::kernels::timeline::record(mla_tl_buf, mla_tl_n, (id))
+#define MLA_TL_SPAN(end) ::mla::kernels::timeline::record_span(mla_tl_buf, (end))
 #else
 #define MLA_TL_INIT(buf) static_assert(true)
 #define MLA_TL(id) static_cast<void>(0)
+#define MLA_TL_SPAN(end) static_cast<void>(0)
 #endif

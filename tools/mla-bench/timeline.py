@@ -66,10 +66,9 @@ from peer_flashmla import Case, Ours  # noqa: E402
 
 WARPS, EVENTS = 16, 1024  # kernels/timeline.cuh
 NAMES = {
-    "v6": {0: "tile start", 1: "own previous P.V done", 2: "tile landed", 3: "S done", 4: "row max",
-           5: "O rescaled, exponentials", 6: "P.V issued", 7: "P buffer free (bar 3)", 8: "P handed over (bar 4)",
-           10: "tile start", 11: "own previous P.V done", 12: "row factors (bar 6)", 13: "O rescaled",
-           14: "bar 3", 15: "P visible (bar 4)", 16: "P.V issued"},
+    "v6": {0: "tile start", 3: "S done", 4: "row max", 5: "O rescaled, exponentials", 6: "P.V issued",
+           7: "next S issued", 8: "P handed over (bar 4)", 10: "tile start", 12: "P acquired (bar 4)",
+           16: "P.V issued"},
     "fp8-rows64": {0: "tile start", 1: "tile landed", 2: "S done", 3: "softmax inputs read", 4: "softmax",
                    5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "tile landed",
                    12: "V^T fragments, k-step 0", 13: "P8 of the tile", 14: "O rescaled", 15: "k-step 0 P.V done",
@@ -112,6 +111,33 @@ def parse_args():
     if args.parts < 0:
         ap.error(f"--parts {args.parts}: a count of split parts is positive (0: the library's default)")
     return args
+
+
+SPAN_WARP = 12  # kernels/timeline.cuh kSpanWarp
+
+
+def cta_spans(words, row_blocks):
+    """Every CTA's (globaltimer, clock64) at its start and end: the spread of their lengths in ns and cycles,
+    the clock they imply, the grid's extent, and the slowest CTAs as (row block, part)."""
+    ctas = []
+    for i in range(len(words) // 4):
+        t0, c0, t1, c1 = words[4 * i:4 * i + 4]
+        if t0 and t1:
+            ctas.append({"cta": [i % row_blocks, i // row_blocks], "ns": t1 - t0, "cycles": c1 - c0,
+                         "start_ns": t0, "end_ns": t1})
+    if not ctas:
+        return {}
+    t_first, t_last = min(c["start_ns"] for c in ctas), max(c["end_ns"] for c in ctas)
+    for c in ctas:
+        c["start_ns"] -= t_first
+        c["end_ns"] -= t_first
+    med = statistics.median
+    return {"ctas": len(ctas), "grid_ns": t_last - t_first,
+            "ns": [min(c["ns"] for c in ctas), med(c["ns"] for c in ctas), max(c["ns"] for c in ctas)],
+            "cycles": [min(c["cycles"] for c in ctas), med(c["cycles"] for c in ctas), max(c["cycles"] for c in ctas)],
+            "ghz_median": round(med(c["cycles"] / c["ns"] for c in ctas), 3),
+            "cta00": next((c for c in ctas if c["cta"] == [0, 0]), None),
+            "slowest": sorted(ctas, key=lambda c: -c["end_ns"])[:4]}
 
 
 def events_of(words):
@@ -228,12 +254,23 @@ def main():
     names = NAMES[args.kernel]
     report = {"device": torch.cuda.get_device_name(), "kernel": args.kernel, "shape": case.name, "parts": parts,
               "warpgroup0": summary(per_warp[0], 0, names), "warpgroup1": summary(per_warp[4], 10, names)}
+    if args.kernel == "v6":  # every CTA's span (kernels/timeline.cuh: record_span, warp kSpanWarp's slots)
+        report["spans"] = cta_spans(buf[SPAN_WARP * EVENTS:(SPAN_WARP + 1) * EVENTS], -(-args.heads * args.s_q // 64))
     groups = [("warpgroup0", 0), ("warpgroup1", 4)]
     if args.kernel == "fp4-narrow" and per_warp[12]:  # the copying and converting warpgroup
         report["warpgroup3"] = summary(per_warp[12], 20, names)
         groups.append(("warpgroup3", 12))
     print(f"device {report['device']}, {args.kernel}, {case.name}, {parts} parts; CTA (0, 0), warps "
           + ", ".join(str(w) for _, w in groups))
+    sp = report.get("spans")
+    if sp:
+        print(f"CTA spans: {sp['ctas']} CTAs, grid {sp['grid_ns'] / 1e3:.1f} us; per CTA us min / median / max "
+              + " / ".join(f"{v / 1e3:.1f}" for v in sp["ns"]) + ", k cycles " + " / ".join(f"{v / 1e3:.0f}" for v in sp["cycles"])
+              + f", median clock {sp['ghz_median']} GHz")
+        for c in [sp["cta00"]] + sp["slowest"]:
+            if c:
+                print(f"  CTA {tuple(c['cta'])}: start {c['start_ns'] / 1e3:.1f} us, end {c['end_ns'] / 1e3:.1f} us, "
+                      f"{c['cycles'] / 1e3:.0f} k cycles")
     for wg, first in groups:
         s = report[wg]
         print(f"{wg}: {s['tiles_used']} of {s['tiles_recorded']} tiles, median period {s['period_cycles']} cycles")
