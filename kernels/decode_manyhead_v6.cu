@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   MLA_TL_INIT(g_v6_timeline);
   init_ring(bar0, S);
+  MLA_TL_SPAN(0);
   const int32_t* in = info + blockIdx.y * kPartInfoInts;  // grid: split_grid (row blocks, parts)
   const int begin_b = in[0], begin_t = in[1], end_b = in[2], end_t = in[3];
   const int rows = p.s_q * p.heads;
@@ -294,6 +295,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     merge_request<DC, 64, 256, 16>(p, o_acc, lse_acc, offsets, merge_b0, rows, row0, threadIdx.x, sLse, 9);
   if (merge_b1 >= 0)
     merge_request<DC, 64, 256, 16>(p, o_acc, lse_acc, offsets, merge_b1, rows, row0, threadIdx.x, sLse, 9);
+  MLA_TL_SPAN(1);
 }
 
 template <int DC>

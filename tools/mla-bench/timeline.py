@@ -66,9 +66,10 @@ from peer_flashmla import Case, Ours  # noqa: E402
 
 WARPS, EVENTS = 16, 1024  # kernels/timeline.cuh
 NAMES = {
-    "v6": {0: "tile start", 3: "S done", 4: "row max", 5: "O rescaled, exponentials", 6: "P.V issued",
-           7: "next S issued", 8: "P handed over (bar 4)", 10: "tile start", 12: "P acquired (bar 4)",
-           16: "P.V issued"},
+    "v6": {0: "tile start", 1: "own previous P.V done", 2: "tile landed", 3: "S done", 4: "row max",
+           5: "O rescaled, exponentials", 6: "P.V issued", 7: "P buffer free (bar 3)", 8: "P handed over (bar 4)",
+           10: "tile start", 11: "own previous P.V done", 12: "row factors (bar 6)", 13: "O rescaled",
+           14: "bar 3", 15: "P visible (bar 4)", 16: "P.V issued"},
     "fp8-rows64": {0: "tile start", 1: "tile landed", 2: "S done", 3: "softmax inputs read", 4: "softmax",
                    5: "P buffer free", 6: "P handed over", 10: "tile start", 11: "tile landed",
                    12: "V^T fragments, k-step 0", 13: "P8 of the tile", 14: "O rescaled", 15: "k-step 0 P.V done",
