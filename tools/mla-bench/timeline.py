@@ -4,10 +4,17 @@
 Needs the C API library built with the kernel timeline compiled in (cmake -DMLA_TIMELINE=ON; the
 macros of kernels/timeline.cuh are empty otherwise): lane 0 of each warp of grid block (0, 0)
 records (clock64 << 8) | event id at named points of the kernel, keeping its last 1,024 events
-(about 110 tiles: the end of the CTA's run). One decode call of the shape (after two warm-up
-calls), then per warpgroup the median cycles between consecutive events over the recorded tiles
-(the first two and the last left out) and the median tile period; then, per warpgroup, every event
-at which one of its warps runs more than 100 cycles behind the others (each warp's median lag).
+(about 110 tiles: the end of the CTA's run; its first 1,024 with cmake -DMLA_TIMELINE_FIRST=ON). One
+decode call of the shape (after two warm-up calls), then per warpgroup the median cycles between
+consecutive events over the recorded tiles (the first two and the last left out) and the median tile
+period; then, per warpgroup, every event at which one of its warps runs more than 100 cycles behind
+the others (each warp's median lag). --kernel v6 also prints every CTA's span (thread 0's globaltimer
+and clock64 at the CTA's start and end): the grid's length, the spread of the CTAs' cycles, the clock
+they imply, CTA (0, 0) and the slowest CTAs.
+
+The events cost time in the CTA that records them: on v6 CTA (0, 0) ran 14-15% more cycles than every
+other CTA (session 27), so its period and steps are relative figures for that CTA; whole-kernel cycles
+come from the spans, which the other CTAs record without events.
 
 Reading the figures: an event recorded right after a named-barrier sync (`bar.sync`) is the time the
 warp *reached* the barrier, not when the barrier completed: the SM clock read is issued before the
