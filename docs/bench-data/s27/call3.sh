@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 27, call 3 (nvidia-h200, carry .carry): the first and the last tiles of CTA (0, 0) by the clock, for
-# call 1's change (this tree) and the base (.carry/s27dpv.patch reversed), 128 rows 8K and 32K, default parts.
+# call 1's change (this tree) and the base (.carry/s27dpv.patch reversed: docs/bench-data/s27/s27dpv.patch), 128 rows 8K and 32K, default parts.
 # Call 2 measured the change 3-4% *more* cycles per call than the base at the sustained clock, while call 1's
 # timeline (the ring: the run's last ~146 tiles) had it 10% fewer a tile: MLA_TIMELINE_FIRST keeps the first.
 set -uo pipefail

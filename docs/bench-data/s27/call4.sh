@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 27, call 4 (nvidia-h200, carry .carry): every CTA's span (globaltimer and clock64 at its start and end,
 # MLA_TL_SPAN) beside CTA (0, 0)'s tiles, for call 1's change (this tree) and the base (.carry/base_v6.cu =
-# e18e28b's v6 with the two span records), 128 rows 8K and 32K and 256 rows 8K, one call after two warm-ups.
+# e18e28b's v6 with the two span records, i.e. the final tree's kernels/decode_manyhead_v6.cu), 128 rows 8K and 32K and 256 rows 8K, one call after two warm-ups.
 set -uo pipefail
 OUT=${OUT:-/tmp/mla-out}; mkdir -p "$OUT"
 T0=$(date +%s)
