@@ -275,6 +275,11 @@ def main():
         print(f"CTA spans: {sp['ctas']} CTAs, grid {sp['grid_ns'] / 1e3:.1f} us; per CTA us min / median / max "
               + " / ".join(f"{v / 1e3:.1f}" for v in sp["ns"]) + ", k cycles " + " / ".join(f"{v / 1e3:.0f}" for v in sp["cycles"])
               + f", median clock {sp['ghz_median']} GHz")
+        if sp["cta00"] and sp["cycles"][1] > 0:
+            extra = sp["cta00"]["cycles"] / sp["cycles"][1] - 1
+            if extra > 0.03:  # session 27: v6's events cost its CTA (0, 0) 14-15%
+                print(f"  note: CTA (0, 0) ran {100 * extra:.0f}% more cycles than the median CTA: its events slow it, "
+                      "so the steps below are that CTA's, not the grid's")
         for c in [sp["cta00"]] + sp["slowest"]:
             if c:
                 print(f"  CTA {tuple(c['cta'])}: start {c['start_ns'] / 1e3:.1f} us, end {c['end_ns'] / 1e3:.1f} us, "
