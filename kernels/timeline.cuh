@@ -19,8 +19,9 @@ namespace mla::kernels::timeline {
 
 // Slots per warp, a ring: a warp's last kEvents events are kept (the end of a long run; session 18
 // found the first kEvents of CTA (0, 0) identical at 8K and 32K for the v6 of its day), or with
-// -DMLA_TIMELINE_FIRST (CMake MLA_TIMELINE_FIRST=ON) its first kEvents: at the end of a run other
-// CTAs may have finished and a load-latency-bound schedule speeds up (session 27), so the two can differ.
+// -DMLA_TIMELINE_FIRST (CMake MLA_TIMELINE_FIRST=ON) its first kEvents (session 27 measured v6's first
+// tiles 10% slower than its last). The events slow the CTA that records them (v6's CTA (0, 0): 14-15%
+// more cycles than any other CTA, session 27): whole-kernel cycles come from the spans (record_span).
 constexpr int kWarps = 16, kEvents = 1024;
 
 #ifdef MLA_TIMELINE
