@@ -10,7 +10,7 @@ consecutive events over the recorded tiles (the first two and the last left out)
 period; then, per warpgroup, every event at which one of its warps runs more than 100 cycles behind
 the others (each warp's median lag). --kernel v6 also prints every CTA's span (thread 0's globaltimer
 and clock64 at the CTA's start and end): the grid's length, the spread of the CTAs' cycles, the clock
-they imply, CTA (0, 0) and the slowest CTAs.
+they imply, CTA (0, 0) and the slowest other CTAs.
 
 The events cost time in the CTA that records them: on v6 CTA (0, 0) ran 14-15% more cycles than every
 other CTA (session 27), so its period and steps are relative figures for that CTA; whole-kernel cycles
@@ -126,7 +126,7 @@ SPAN_WARP = 12  # kernels/timeline.cuh kSpanWarp
 
 def cta_spans(words, row_blocks):
     """Every CTA's (globaltimer, clock64) at its start and end: the spread of their lengths in ns and cycles,
-    the clock they imply, the grid's extent, and the slowest CTAs as (row block, part)."""
+    the clock they imply, the grid's extent, CTA (0, 0) and the slowest other CTAs as (row block, part)."""
     ctas = []
     for i in range(len(words) // 4):
         t0, c0, t1, c1 = words[4 * i:4 * i + 4]
@@ -139,13 +139,15 @@ def cta_spans(words, row_blocks):
     for c in ctas:
         c["start_ns"] -= t_first
         c["end_ns"] -= t_first
-    med = statistics.median
-    return {"ctas": len(ctas), "grid_ns": t_last - t_first,
-            "ns": [min(c["ns"] for c in ctas), med(c["ns"] for c in ctas), max(c["ns"] for c in ctas)],
-            "cycles": [min(c["cycles"] for c in ctas), med(c["cycles"] for c in ctas), max(c["cycles"] for c in ctas)],
-            "ghz_median": round(med(c["cycles"] / c["ns"] for c in ctas), 3),
+
+    def spread(key):  # min, median, max over the CTAs
+        v = [c[key] for c in ctas]
+        return [min(v), statistics.median(v), max(v)]
+
+    return {"ctas": len(ctas), "grid_ns": t_last - t_first, "ns": spread("ns"), "cycles": spread("cycles"),
+            "ghz_median": round(statistics.median(c["cycles"] / c["ns"] for c in ctas), 3),
             "cta00": next((c for c in ctas if c["cta"] == [0, 0]), None),
-            "slowest": sorted(ctas, key=lambda c: -c["end_ns"])[:4]}
+            "slowest": sorted((c for c in ctas if c["cta"] != [0, 0]), key=lambda c: -c["end_ns"])[:4]}
 
 
 def events_of(words):
